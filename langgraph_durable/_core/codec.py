@@ -1,0 +1,71 @@
+"""Blob framing shared by both tiers: the same bytes live in Redis and in Postgres.
+
+A frame is ``version(1) | xxh3_64(body)(8, big-endian) | body`` where
+``body = len(type)(1) | type | payload`` and ``(type, payload)`` is what the serializer's
+``dumps_typed`` returned. Because both tiers hold identical frames, a blob that fails its
+checksum in one tier can be repaired from the other byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import xxhash
+
+FRAME_VERSION = 1
+_HEADER = 9
+
+
+class FrameError(Exception):
+    """A frame is truncated, of an unknown version, or fails its checksum."""
+
+
+def encode_frame(type_: str, payload: bytes) -> bytes:
+    """Frame a serializer's ``(type, payload)`` pair with a checksum."""
+    type_bytes = type_.encode()
+    if len(type_bytes) > 255:
+        raise ValueError(f"serializer type tag too long: {type_!r}")
+    body = bytes((len(type_bytes),)) + type_bytes + payload
+    return bytes((FRAME_VERSION,)) + xxhash.xxh3_64_digest(body) + body
+
+
+def decode_frame(frame: bytes) -> tuple[str, bytes]:
+    """Verify a frame and return its ``(type, payload)``.
+
+    Raises:
+        FrameError: the frame is damaged.
+    """
+    if len(frame) < _HEADER + 1:
+        raise FrameError(f"frame truncated ({len(frame)} bytes)")
+    if frame[0] != FRAME_VERSION:
+        raise FrameError(f"unknown frame version {frame[0]}")
+    body = memoryview(frame)[_HEADER:]
+    if xxhash.xxh3_64_digest(body) != frame[1:_HEADER]:
+        raise FrameError("checksum mismatch")
+    type_len = frame[_HEADER]
+    end = _HEADER + 1 + type_len
+    if end > len(frame):
+        raise FrameError("frame truncated inside its type tag")
+    return frame[_HEADER + 1 : end].decode(), frame[end:]
+
+
+def dumps_metadata(metadata: Any) -> str:
+    """Encode checkpoint metadata as JSON text (stored as ``jsonb`` and in Redis)."""
+    return json.dumps(metadata, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def loads_metadata(data: str | bytes | dict[str, Any]) -> dict[str, Any]:
+    """Decode metadata from JSON text (Redis) or an already-decoded ``jsonb`` value."""
+    if isinstance(data, dict):
+        return data
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise FrameError("metadata is not a JSON object")
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"metadata value of type {type(value).__name__} is not JSON-serializable")

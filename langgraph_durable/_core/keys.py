@@ -1,0 +1,94 @@
+"""Redis key names. Every key of one thread shares the hash tag ``{<thread>}``.
+
+Thread ids and namespaces are user input. Both are base64url-encoded inside key names, so
+no id can close the hash tag, add a separator, or collide with another id's keys::
+
+    <prefix>:{<b64 thread>}:k                  SET   every key of the thread (for deletion)
+    <prefix>:{<b64 thread>}:in                 ZSET  write intents: token -> deadline (ms)
+    <prefix>:{<b64 thread>}:i:<b64 ns>         ZSET  checkpoint ids (score 0, ordered by id)
+    <prefix>:{<b64 thread>}:b:<b64 ns>         HASH  blobs: "<channel>\\0<version>" -> frame
+    <prefix>:{<b64 thread>}:c:<b64 ns>:<id>    HASH  one checkpoint: c, m, p, bk, w:<idx>:<task>
+    <prefix>:journal:<n>                       STREAM write-behind flush journal, shard n
+
+A checkpoint id is the last component, after a base64 namespace that holds no ``:``, so it
+can be used verbatim.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from langgraph_durable.errors import ConfigurationError
+
+
+def b64(value: str) -> str:
+    """Encode a user string for use inside a key name (no ``{}:``, injective)."""
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+def unb64(value: str | bytes) -> str:
+    """Invert `b64`."""
+    text = value.decode() if isinstance(value, bytes) else value
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+
+
+def check_text(value: object, what: str) -> str:
+    """Return ``value`` as text both tiers can store, or raise `ConfigurationError`."""
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ConfigurationError(f"{what} must be a string, got {type(value).__name__}")
+    text = str(value)
+    if "\x00" in text:
+        raise ConfigurationError(f"{what} must not contain NUL characters: {text[:80]!r}")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{what} is not valid unicode text: {text[:80]!r}") from exc
+    return text
+
+
+def blob_field(channel: str, version: str | int | float) -> str:
+    """Field of one channel version inside the thread's blob hash."""
+    return f"{channel}\x00{version}"
+
+
+def write_field(task_id: str, idx: int) -> str:
+    """Field of one pending write inside a checkpoint hash."""
+    return f"w:{idx}:{task_id}"
+
+
+def parse_write_field(field: str) -> tuple[str, int]:
+    """Return ``(task_id, idx)`` from a `write_field`."""
+    _, idx, task_id = field.split(":", 2)
+    return task_id, int(idx)
+
+
+class ThreadKeys:
+    """The key names of one thread."""
+
+    __slots__ = ("base", "intents", "registry")
+
+    def __init__(self, prefix: str, thread_id: str) -> None:
+        self.base = f"{prefix}:{{{b64(thread_id)}}}"
+        self.registry = f"{self.base}:k"
+        self.intents = f"{self.base}:in"
+
+    def index(self, ns: str) -> str:
+        return f"{self.base}:i:{b64(ns)}"
+
+    def blobs(self, ns: str) -> str:
+        return f"{self.base}:b:{b64(ns)}"
+
+    def checkpoint_prefix(self, ns: str) -> str:
+        return f"{self.base}:c:{b64(ns)}:"
+
+    def checkpoint(self, ns: str, checkpoint_id: str) -> str:
+        return f"{self.base}:c:{b64(ns)}:{checkpoint_id}"
+
+    def namespace_of_index(self, key: str | bytes) -> str:
+        text = key.decode() if isinstance(key, bytes) else key
+        return unb64(text[len(self.base) + 3 :])
+
+
+def journal_key(prefix: str, shard: int) -> str:
+    """Key of one shard of the write-behind flush journal."""
+    return f"{prefix}:journal:{{j{shard}}}"

@@ -1,0 +1,554 @@
+"""The saver's operations, written once as sans-I/O generators (see `requests`).
+
+Write-through protocol for every mutation of a thread (put, put_writes, delete, copy,
+prune): announce an intent in Redis, commit in Postgres, then apply the change to Redis
+and clear the intent in one script. A reader that finds an intent reads Postgres, so Redis
+never serves a state older than an acknowledged one, whichever step a crash interrupts.
+When Redis cannot be reached the write goes to Postgres alone and, in the same
+transaction, marks the thread's hot copy stale; the marks are applied before Redis is
+trusted again (`recover_hot`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    writes_sort_key,
+)
+
+from langgraph_durable._core.codec import FrameError, decode_frame, loads_metadata
+from langgraph_durable._core.keys import ThreadKeys, blob_field, parse_write_field, write_field
+from langgraph_durable._core.records import (
+    Damaged,
+    Location,
+    StoredCheckpoint,
+    StoredWrite,
+    build_tuple,
+    corrupt,
+    encode_checkpoint,
+    encode_writes,
+    locate,
+    pack_write,
+    unpack_write,
+)
+from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement
+from langgraph_durable.errors import ConfigurationError, TierUnavailableError
+
+logger = logging.getLogger("langgraph_durable")
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+# --------------------------------------------------------------------------- hot helpers
+
+
+def _hot(ctx: Context, request: Hot) -> Op[Any]:
+    """Run a hot request if the breaker allows; ``None`` when Redis is bypassed or fails."""
+    if not ctx.breaker.allows():
+        return None
+    try:
+        result = yield request
+    except TierUnavailableError as exc:
+        if not ctx.breaker.is_open:
+            logger.warning("hot tier unavailable, serving from Postgres alone: %s", exc.__cause__)
+        ctx.breaker.failure()
+        return None
+    return result
+
+
+def _announce(ctx: Context, keys: ThreadKeys) -> Op[str | None]:
+    """Record a write intent; returns its token, or ``None`` if Redis is bypassed."""
+    token = uuid.uuid4().hex
+    done = yield from _hot(
+        ctx, Hot("intent", [keys.intents], [token, ctx.deadline_ms, ctx.intent_ttl_ms])
+    )
+    return token if done is not None else None
+
+
+def _stale_mark(ctx: Context, thread_id: str) -> Statement:
+    return Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id})
+
+
+def _commit(ctx: Context, token: str | None, thread_ids: Sequence[str],
+            statements: Sequence[Statement]) -> Op[list[Any]]:
+    """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too."""
+    marks = [] if token is not None else [_stale_mark(ctx, t) for t in thread_ids]
+    result: list[Any] = yield Cold((*statements, *marks))
+    return result
+
+
+def recover_hot(ctx: Context) -> Op[bool]:
+    """Drop the hot copy of every thread written while Redis was bypassed; close the breaker.
+
+    Returns whether the hot tier is usable again.
+    """
+    rows: list[Any] = (yield Cold.one(ctx.statements.take_hot_stale_sql, {}, fetch=True))[0]
+    try:
+        for row in rows:
+            keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
+            yield Hot("drop_thread", [keys.intents, keys.registry], [""])
+    except TierUnavailableError:
+        ctx.breaker.failure()
+        return False
+    if rows:
+        yield Cold.one(ctx.statements.clear_hot_stale_sql, {
+            "thread_ids": [r["thread_id"] for r in rows],
+            "before": max(r["at"] for r in rows),
+        })
+        logger.info("hot tier back: dropped the hot copy of %d stale threads", len(rows))
+    ctx.breaker.recovered()
+    return True
+
+
+# ------------------------------------------------------------------------------- reads
+
+
+def _hot_tuple(ctx: Context, where: Location, reply: list[Any]) -> CheckpointTuple:
+    """Decode a GET script hit: ``hit, id, field, value, ..., "\\0blobs", field, frame...``."""
+    checkpoint_id = reply[1].decode()
+    fields: dict[bytes, bytes] = {}
+    writes: list[StoredWrite] = []
+    i = 2
+    while reply[i] != b"\x00blobs":
+        name, value = reply[i], reply[i + 1]
+        if name.startswith(b"w:"):
+            task_id, idx = parse_write_field(name.decode())
+            writes.append(unpack_write(task_id, idx, value))
+        else:
+            fields[name] = value
+        i += 2
+    blobs = [
+        (reply[j].split(b"\x00", 1)[0].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)
+    ]
+    parent = fields.get(b"p", b"").decode() or None
+    try:
+        metadata = loads_metadata(fields[b"m"])
+    except (FrameError, ValueError) as exc:
+        raise Damaged("metadata", str(exc)) from exc
+    return build_tuple(ctx.serde, where, checkpoint_id, parent, fields[b"c"], metadata, blobs,
+                       writes)
+
+
+def _row_parts(row: dict[str, Any]) -> tuple[list[tuple[str, bytes]], list[StoredWrite]]:
+    blobs = list(zip(row["blob_channels"] or [], row["blobs"] or [], strict=True))
+    writes = [
+        StoredWrite(t, i, c, p, b)
+        for t, i, c, p, b in zip(
+            row["write_task_ids"] or [], row["write_idxs"] or [], row["write_channels"] or [],
+            row["write_paths"] or [], row["write_blobs"] or [], strict=True,
+        )
+    ]
+    return blobs, writes
+
+
+def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
+    """Decode a row; a damaged part is repaired from a good hot copy, or raises."""
+    where = Location(row["thread_id"], row["checkpoint_ns"], None)
+    blobs, writes = _row_parts(row)
+    try:
+        return build_tuple(ctx.serde, where, row["checkpoint_id"], row["parent_checkpoint_id"],
+                           row["checkpoint"], row["metadata"], blobs, writes)
+    except Damaged as damage:
+        repaired = yield from _repair_cold(ctx, where, row, damage)
+        if repaired is None:
+            raise corrupt(where, row["checkpoint_id"], damage, "cold") from damage
+        return repaired
+
+
+def _repair_cold(ctx: Context, where: Location, row: dict[str, Any],
+                 damage: Damaged) -> Op[CheckpointTuple | None]:
+    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    ns = where.checkpoint_ns
+    reply = yield from _hot(ctx, Hot(
+        "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+        [keys.checkpoint_prefix(ns), row["checkpoint_id"], 0],
+    ))
+    if not reply or reply[0] != b"hit":
+        return None
+    try:
+        good = _hot_tuple(ctx, where, reply)
+    except Damaged:
+        return None
+    hot = _hot_parts(reply)
+    statements = [Statement(ctx.statements.repair_checkpoint_sql, {
+        "thread_id": where.thread_id, "checkpoint_ns": ns,
+        "checkpoint_id": row["checkpoint_id"], "checkpoint": hot["c"],
+    })]
+    for field, frame in hot["blobs"]:
+        channel, _, version = field.partition("\x00")
+        statements.append(Statement(ctx.statements.repair_blob_sql, {
+            "thread_id": where.thread_id, "checkpoint_ns": ns, "channel": channel,
+            "version": version, "blob": frame,
+        }))
+    yield Cold(tuple(statements))
+    logger.warning("repaired damaged %s of thread %r checkpoint %r from the hot tier",
+                   damage.part, where.thread_id, row["checkpoint_id"])
+    return good
+
+
+def _hot_parts(reply: list[Any]) -> dict[str, Any]:
+    i, fields = 2, {}
+    while reply[i] != b"\x00blobs":
+        fields[reply[i].decode()] = reply[i + 1]
+        i += 2
+    blobs = [(reply[j].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)]
+    return {"c": fields["c"], "blobs": blobs}
+
+
+def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+    """Redis first (one round trip, with pending writes); Postgres on a miss, then warm."""
+    where = locate(config)
+    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    ns = where.checkpoint_ns
+    reply = yield from _hot(ctx, Hot(
+        "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+        [keys.checkpoint_prefix(ns), where.checkpoint_id or "", ctx.ttl_ms],
+    ))
+    if reply is not None and reply[0] == b"hit":
+        try:
+            return _hot_tuple(ctx, where, reply)
+        except Damaged as damage:
+            logger.warning("damaged hot copy of thread %r (%s); reading Postgres",
+                           where.thread_id, damage)
+    if where.checkpoint_id is None:
+        query, params = ctx.statements.get_latest_sql, {"thread_id": where.thread_id,
+                                                        "checkpoint_ns": ns}
+    else:
+        query, params = ctx.statements.get_by_id_sql, {
+            "thread_id": where.thread_id, "checkpoint_ns": ns,
+            "checkpoint_id": where.checkpoint_id}
+    rows = (yield Cold.one(query, params, fetch=True))[0]
+    if not rows:
+        return None
+    tup = yield from _cold_tuple(ctx, rows[0])
+    if reply is not None:
+        yield from _warm(ctx, keys, rows[0])
+    return tup
+
+
+def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
+    ns = row["checkpoint_ns"]
+    blobs, writes = _row_parts(row)
+    refs: list[str] = []
+    blob_args: list[str | bytes] = []
+    for (channel, frame), version in zip(blobs, row["blob_versions"] or [], strict=True):
+        field = blob_field(channel, version)
+        refs.append(field)
+        blob_args += [field, frame]
+    write_args: list[str | bytes] = []
+    for w in writes:
+        write_args += [write_field(w.task_id, w.idx), pack_write(w)]
+    yield from _hot(ctx, Hot(
+        "warm",
+        [keys.intents, keys.index(ns), keys.blobs(ns), keys.checkpoint(ns, row["checkpoint_id"]),
+         keys.registry],
+        [int(time.time() * 1000), ctx.ttl_ms, row["checkpoint_id"], row["checkpoint"],
+         json.dumps(row["metadata"], separators=(",", ":"), ensure_ascii=False),
+         row["parent_checkpoint_id"] or "", json.dumps(refs), len(blobs), *blob_args,
+         *write_args],
+    ))
+
+
+def list_checkpoints(
+    ctx: Context,
+    config: RunnableConfig | None,
+    *,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> Op[list[CheckpointTuple]]:
+    """History from Postgres in one query: filters and limit run in SQL, no N+1."""
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = None
+    if config is not None and configurable.get("thread_id") is not None:
+        thread_id = locate(config).thread_id
+    ns = configurable.get("checkpoint_ns")
+    before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+    if limit is not None and limit <= 0:
+        return []
+    params = {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": configurable.get("checkpoint_id"),
+        "before": before_id,
+        "filter": json.dumps(filter) if filter else None,
+        "limit": limit,
+    }
+    rows = (yield Cold.one(ctx.statements.list_sql, params, fetch=True))[0]
+    result = []
+    for row in rows:
+        result.append((yield from _cold_tuple(ctx, row)))
+    return result
+
+
+# ------------------------------------------------------------------------------ writes
+
+
+def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
+        metadata: CheckpointMetadata, new_versions: ChannelVersions) -> Op[RunnableConfig]:
+    stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
+    where = stored.where
+    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    token = yield from _announce(ctx, keys)
+    yield from _commit(ctx, token, [where.thread_id], [_put_statement(ctx, stored)])
+    if token is not None:
+        yield from _hot(ctx, _put_hot(ctx, keys, stored, token, ctx.ttl_ms))
+    return where.config(stored.checkpoint_id)
+
+
+def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
+    return Statement(ctx.statements.put_checkpoint_sql, {
+        "thread_id": stored.where.thread_id,
+        "checkpoint_ns": stored.where.checkpoint_ns,
+        "checkpoint_id": stored.checkpoint_id,
+        "parent_id": stored.parent_id,
+        "run_id": stored.run_id,
+        "checkpoint": stored.frame,
+        "channel_versions": stored.channel_versions,
+        "metadata": stored.metadata,
+        "channels": [b[0] for b in stored.blobs],
+        "versions": [b[1] for b in stored.blobs],
+        "blobs": [b[2] for b in stored.blobs],
+    })
+
+
+def _put_hot(ctx: Context, keys: ThreadKeys, stored: StoredCheckpoint, token: str,
+             ttl: int) -> Hot:
+    ns = stored.where.checkpoint_ns
+    blob_args: list[str | bytes] = []
+    for channel, version, frame in stored.blobs:
+        blob_args += [blob_field(channel, version), frame]
+    return Hot(
+        "put",
+        [keys.intents, keys.index(ns), keys.blobs(ns), keys.checkpoint(ns, stored.checkpoint_id),
+         keys.registry],
+        [token, ttl, stored.checkpoint_id, stored.frame, stored.metadata,
+         stored.parent_id or "", json.dumps(stored.refs), *blob_args],
+    )
+
+
+def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+               task_id: str, task_path: str) -> Op[None]:
+    where = locate(config, need_id=True)
+    assert where.checkpoint_id is not None
+    stored = encode_writes(ctx.serde, where, writes, task_id, task_path)
+    if not stored:
+        return None
+    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    token = yield from _announce(ctx, keys)
+    yield from _commit(ctx, token, [where.thread_id], [_writes_statement(ctx, where, stored)])
+    if token is not None:
+        yield from _hot(ctx, _writes_hot(keys, where, stored, token, ctx.ttl_ms))
+    return None
+
+
+def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite]) -> Statement:
+    special = [w for w in stored if w.special]
+    ordinary = [w for w in stored if not w.special]
+    return Statement(ctx.statements.put_writes_sql, {
+        "thread_id": where.thread_id,
+        "checkpoint_ns": where.checkpoint_ns,
+        "checkpoint_id": where.checkpoint_id,
+        "task_id": stored[0].task_id,
+        "task_path": stored[0].task_path,
+        "idxs": [w.idx for w in ordinary],
+        "channels": [w.channel for w in ordinary],
+        "blobs": [w.frame for w in ordinary],
+        "s_idxs": [w.idx for w in special],
+        "s_channels": [w.channel for w in special],
+        "s_blobs": [w.frame for w in special],
+    })
+
+
+def _writes_hot(keys: ThreadKeys, where: Location, stored: list[StoredWrite], token: str,
+                ttl: int) -> Hot:
+    assert where.checkpoint_id is not None
+    args: list[str | bytes | int] = [token, ttl]
+    for w in stored:
+        args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
+    return Hot("put_writes",
+               [keys.intents, keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
+                keys.registry], args)
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def _mutate_threads(ctx: Context, thread_ids: Sequence[str],
+                    statements: Sequence[Statement]) -> Op[list[Any]]:
+    """Commit statements that change whole threads; their hot copies are dropped after."""
+    keyed = [ThreadKeys(ctx.config.key_prefix, t) for t in thread_ids]
+    tokens = []
+    for keys in keyed:
+        tokens.append((yield from _announce(ctx, keys)))
+    bypassed = [t for t, tok in zip(thread_ids, tokens, strict=True) if tok is None]
+    marks = [_stale_mark(ctx, t) for t in bypassed]
+    result: list[Any] = yield Cold((*statements, *marks))
+    for keys, token in zip(keyed, tokens, strict=True):
+        if token is not None:
+            yield from _hot(ctx, Hot("drop_thread", [keys.intents, keys.registry], [token]))
+    return result
+
+
+def delete_threads(ctx: Context, thread_ids: Sequence[str]) -> Op[None]:
+    ids = [locate({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
+    if ids:
+        yield from _mutate_threads(ctx, ids, [
+            Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
+        ])
+    return None
+
+
+def delete_for_runs(ctx: Context, run_ids: Sequence[str]) -> Op[None]:
+    runs = [str(r) for r in run_ids]
+    if not runs:
+        return None
+    rows = (yield Cold.one(ctx.statements.threads_of_runs_sql, {"run_ids": runs},
+                          fetch=True))[0]
+    threads = [r["thread_id"] for r in rows]
+    if threads:
+        yield from _mutate_threads(ctx, threads, [
+            Statement(ctx.statements.delete_for_runs_sql, {"run_ids": runs}),
+            Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": threads}),
+        ])
+    return None
+
+
+def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
+    src = locate({"configurable": {"thread_id": source}}).thread_id
+    dst = locate({"configurable": {"thread_id": target}}).thread_id
+    if src == dst:
+        raise ConfigurationError("copy_thread: source and target are the same thread")
+    yield from _mutate_threads(ctx, [dst], [
+        Statement(ctx.statements.copy_thread_sql, {"source": src, "target": dst}),
+    ])
+    return None
+
+
+def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+    """Keep the latest checkpoint of each namespace, with every ancestor a `DeltaChannel`
+    needs to rebuild its value (back to its nearest stored snapshot) — or delete all."""
+    if strategy not in PRUNE_STRATEGIES:
+        raise ConfigurationError(f"prune strategy must be one of {PRUNE_STRATEGIES}, "
+                                 f"not {strategy!r}")
+    ids = [locate({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
+    if not ids:
+        return None
+    if strategy == "delete":
+        yield from delete_threads(ctx, ids)
+        return None
+    rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids},
+                          fetch=True))[0]
+    keep = list(_keep_set(rows))
+    yield from _mutate_threads(ctx, ids, [
+        Statement(ctx.statements.prune_delete_sql, {
+            "thread_ids": ids,
+            "keep_threads": [k[0] for k in keep],
+            "keep_ns": [k[1] for k in keep],
+            "keep_ids": [k[2] for k in keep],
+        }, fetch=True),
+        Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": ids}),
+    ])
+    return None
+
+
+def _keep_set(rows: list[dict[str, Any]]) -> Iterator[tuple[str, str, str]]:
+    by_ns: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_ns.setdefault((row["thread_id"], row["checkpoint_ns"]), {})[row["checkpoint_id"]] = row
+    for (thread_id, ns), checkpoints in by_ns.items():
+        latest = checkpoints[max(checkpoints)]
+        yield thread_id, ns, latest["checkpoint_id"]
+        delta_channels = set((latest["counters"] or {}).keys())
+        current = latest
+        # Walk up until every delta channel found its stored value (its seed).
+        while delta_channels and current is not None:
+            delta_channels -= set(current["stored_channels"] or [])
+            parent = current["parent_checkpoint_id"]
+            current = checkpoints.get(parent) if parent else None
+            if delta_channels and current is not None:
+                yield thread_id, ns, current["checkpoint_id"]
+
+
+# ------------------------------------------------------------------------ delta channels
+
+
+def delta_channel_history(ctx: Context, config: RunnableConfig,
+                          channels: Sequence[str]) -> Op[dict[str, DeltaChannelHistory]]:
+    """Per-channel writes and seed along the parent chain, in two or three round trips
+    whatever the chain's length (the default walks one `get_tuple` per ancestor)."""
+    if not channels:
+        return {}
+    where = locate(config)
+    target = where.checkpoint_id
+    if target is None:
+        latest = yield from get_tuple(ctx, config)
+        if latest is None:
+            return {ch: {"writes": []} for ch in channels}
+        target = latest.config["configurable"]["checkpoint_id"]
+    base = {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns}
+    chain = (yield Cold.one(ctx.statements.delta_chain_sql,
+                            {**base, "checkpoint_id": target, "channels": list(channels)},
+                            fetch=True))[0]
+    remaining = set(channels)
+    walked: dict[str, list[str]] = {ch: [] for ch in channels}
+    seed_at: dict[str, str] = {}
+    for row in chain:
+        if not remaining:
+            break
+        for ch in remaining:
+            walked[ch].append(row["checkpoint_id"])
+        for ch in set(row["stored"] or []) & remaining:
+            seed_at[ch] = row["checkpoint_id"]
+            remaining.discard(ch)
+    needed_ids = sorted({cid for ids in walked.values() for cid in ids})
+    writes_rows = []
+    if needed_ids:
+        writes_rows = (yield Cold.one(ctx.statements.delta_writes_sql, {
+            **base, "checkpoint_ids": needed_ids, "channels": list(channels)}, fetch=True))[0]
+    seeds: dict[str, Any] = {}
+    if seed_at:
+        seed_rows = (yield Cold.one(ctx.statements.delta_seeds_sql, {
+            **base, "seed_ids": list(seed_at.values()), "seed_channels": list(seed_at)},
+            fetch=True))[0]
+        for row in seed_rows:
+            seeds[row["channel"]] = _load_frame(ctx, where, row["blob"], row["channel"])
+    order = {cid: depth for depth, cid in enumerate(r["checkpoint_id"] for r in chain)}
+    result: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        on_path = set(walked[ch])
+        mine = [r for r in writes_rows if r["channel"] == ch and r["checkpoint_id"] in on_path]
+        # oldest ancestor first; within one checkpoint, live execution's order
+        mine.sort(key=lambda r: (-order[r["checkpoint_id"]],
+                                 writes_sort_key(r["task_path"], r["task_id"], r["idx"])))
+        entry: DeltaChannelHistory = {"writes": [
+            (r["task_id"], ch, _load_frame(ctx, where, r["blob"], ch)) for r in mine
+        ]}
+        if ch in seeds:
+            entry["seed"] = seeds[ch]
+        result[ch] = entry
+    return result
+
+
+def _load_frame(ctx: Context, where: Location, frame: bytes, channel: str) -> Any:
+    try:
+        return ctx.serde.loads_typed(decode_frame(frame))
+    except (FrameError, Exception) as exc:
+        raise corrupt(where, where.checkpoint_id or "", Damaged("blob", str(exc), channel),
+                      "cold") from exc
+
+
+PendingWrites = list[PendingWrite]

@@ -1,0 +1,252 @@
+"""Conversions between LangGraph's objects and the stored form, shared by both tiers.
+
+Encoding happens before any I/O, so a value the serializer rejects leaves nothing behind.
+Decoding verifies every frame; a damaged one raises `Damaged`, which names the part.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ormsgpack
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_durable._core.codec import FrameError, decode_frame, dumps_metadata, encode_frame
+from langgraph_durable._core.keys import blob_field, check_text
+from langgraph_durable.errors import ConfigurationError, CorruptStateError, SerializationError
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a checkpoint lives."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+    def config(self, checkpoint_id: str | None = None) -> RunnableConfig:
+        return {
+            "configurable": {
+                "thread_id": self.thread_id,
+                "checkpoint_ns": self.checkpoint_ns,
+                "checkpoint_id": checkpoint_id or self.checkpoint_id,
+            }
+        }
+
+
+def locate(config: RunnableConfig | None, *, need_id: bool = False) -> Location:
+    """Read thread, namespace and checkpoint id from a config, validated.
+
+    Raises:
+        ConfigurationError: no ``thread_id``, or an id both tiers cannot store.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    if configurable.get("thread_id") is None:
+        raise ConfigurationError(
+            "config has no configurable.thread_id: pass "
+            '{"configurable": {"thread_id": "..."}} to invoke/stream/get_state'
+        )
+    thread_id = check_text(configurable["thread_id"], "thread_id")
+    ns = check_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns")
+    checkpoint_id = configurable.get("checkpoint_id")
+    if checkpoint_id is not None:
+        checkpoint_id = check_text(checkpoint_id, "checkpoint_id")
+    elif need_id:
+        raise ConfigurationError("config has no configurable.checkpoint_id")
+    return Location(thread_id, ns, checkpoint_id)
+
+
+@dataclass(slots=True)
+class StoredCheckpoint:
+    """One checkpoint in stored form, as both tiers hold it."""
+
+    where: Location
+    checkpoint_id: str
+    parent_id: str | None
+    run_id: str | None
+    frame: bytes
+    metadata: str
+    channel_versions: str
+    # (channel, version, frame) for the versions this put introduces
+    blobs: list[tuple[str, str, bytes]] = field(default_factory=list)
+    # blob fields of every channel the checkpoint has a value for
+    refs: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StoredWrite:
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    frame: bytes
+
+    @property
+    def special(self) -> bool:
+        return self.idx < 0
+
+
+class Damaged(Exception):
+    """A stored frame failed verification; names the part that did."""
+
+    def __init__(self, part: str, detail: str, channel: str | None = None) -> None:
+        super().__init__(f"{part}: {detail}")
+        self.part = part
+        self.channel = channel
+
+
+def _dump(serde: SerializerProtocol, value: Any, where: Location, checkpoint_id: str | None,
+          channel: str | None) -> bytes:
+    try:
+        type_, payload = serde.dumps_typed(value)
+    except Exception as exc:
+        raise SerializationError(
+            f"cannot serialize the value of channel {channel!r} "
+            f"(thread {where.thread_id!r}, namespace {where.checkpoint_ns!r}): {exc}",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            channel=channel,
+        ) from exc
+    return encode_frame(type_, payload)
+
+
+def encode_checkpoint(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> StoredCheckpoint:
+    """Encode a ``put``'s arguments; raises before any I/O if a value cannot be stored."""
+    where = locate(config)
+    checkpoint_id = check_text(checkpoint["id"], "checkpoint id")
+    values: dict[str, Any] = checkpoint["channel_values"]
+    body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    versions: ChannelVersions = checkpoint["channel_versions"]
+    for channel in versions:
+        check_text(channel, "channel name")
+    blobs = [
+        (channel, str(version), _dump(serde, values[channel], where, checkpoint_id, channel))
+        for channel, version in new_versions.items()
+        if channel in values
+    ]
+    meta = get_serializable_checkpoint_metadata(config, metadata)
+    try:
+        metadata_json = dumps_metadata(meta)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"checkpoint metadata is not JSON-serializable: {exc}",
+            thread_id=where.thread_id, checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+        ) from exc
+    run_id = meta.get("run_id")
+    return StoredCheckpoint(
+        where=where,
+        checkpoint_id=checkpoint_id,
+        parent_id=where.checkpoint_id,
+        run_id=str(run_id) if run_id is not None else None,
+        frame=_dump(serde, body, where, checkpoint_id, None),
+        metadata=metadata_json,
+        channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),
+        blobs=blobs,
+        refs=[blob_field(ch, versions[ch]) for ch in values if ch in versions],
+    )
+
+
+def encode_writes(
+    serde: SerializerProtocol,
+    where: Location,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> list[StoredWrite]:
+    """Encode a ``put_writes``'s writes, with LangGraph's indices for special channels."""
+    task_id = check_text(task_id, "task_id")
+    task_path = check_text(task_path, "task_path")
+    return [
+        StoredWrite(
+            task_id, WRITES_IDX_MAP.get(channel, idx), check_text(channel, "channel name"),
+            task_path, _dump(serde, value, where, where.checkpoint_id, channel),
+        )
+        for idx, (channel, value) in enumerate(writes)
+    ]
+
+
+def pack_write(write: StoredWrite) -> bytes:
+    """The hot tier's value for one write (the frame keeps its own checksum)."""
+    return ormsgpack.packb([write.channel, write.task_path, write.frame])
+
+
+def unpack_write(task_id: str, idx: int, value: bytes) -> StoredWrite:
+    try:
+        channel, task_path, frame = ormsgpack.unpackb(value)
+    except (ormsgpack.MsgpackDecodeError, ValueError) as exc:
+        raise Damaged("write", f"task {task_id} idx {idx}: undecodable envelope") from exc
+    return StoredWrite(task_id, idx, channel, task_path, frame)
+
+
+def _load(serde: SerializerProtocol, frame: bytes, part: str, channel: str | None = None) -> Any:
+    try:
+        type_, payload = decode_frame(frame)
+    except FrameError as exc:
+        raise Damaged(part, str(exc), channel) from exc
+    try:
+        return serde.loads_typed((type_, payload))
+    except Exception as exc:
+        raise Damaged(part, f"cannot deserialize: {exc}", channel) from exc
+
+
+def build_tuple(
+    serde: SerializerProtocol,
+    where: Location,
+    checkpoint_id: str,
+    parent_id: str | None,
+    frame: bytes,
+    metadata: dict[str, Any],
+    blobs: Iterable[tuple[str, bytes]],
+    writes: Iterable[StoredWrite],
+) -> CheckpointTuple:
+    """Decode a checkpoint's stored parts into a `CheckpointTuple`.
+
+    Raises:
+        Damaged: a frame failed its checksum or could not be decoded.
+    """
+    checkpoint = _load(serde, frame, "checkpoint")
+    checkpoint["channel_values"] = {ch: _load(serde, b, "blob", ch) for ch, b in blobs}
+    ordered = sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+    pending = [(w.task_id, w.channel, _load(serde, w.frame, "write", w.channel)) for w in ordered]
+    return CheckpointTuple(
+        config=where.config(checkpoint_id),
+        checkpoint=checkpoint,
+        metadata=metadata,  # type: ignore[arg-type]
+        parent_config=where.config(parent_id) if parent_id else None,
+        pending_writes=pending,
+    )
+
+
+def corrupt(where: Location, checkpoint_id: str, damage: Damaged, tier: str) -> CorruptStateError:
+    """The public error for damage no other tier could repair."""
+    return CorruptStateError(
+        f"stored {damage.part} of thread {where.thread_id!r}, namespace "
+        f"{where.checkpoint_ns!r}, checkpoint {checkpoint_id!r}"
+        + (f", channel {damage.channel!r}" if damage.channel else "")
+        + f" is damaged in the {tier} tier ({damage}) and no good copy exists",
+        thread_id=where.thread_id,
+        checkpoint_ns=where.checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        channel=damage.channel,
+    )

@@ -1,0 +1,127 @@
+"""What the sans-I/O operations ask the drivers to do, and the context they share.
+
+An operation is a generator: it yields `Hot` and `Cold` requests, receives each result
+(or has `TierUnavailableError` thrown in), and returns its value. The sync and async
+drivers only execute requests, so every decision is written once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg import sql
+
+from langgraph_durable._core.sql import Statements
+from langgraph_durable.config import SaverConfig, seconds
+
+T = TypeVar("T")
+ScriptName = Literal["get", "intent", "put", "put_writes", "warm", "drop_thread"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hot:
+    """Run one Lua script on the hot tier."""
+
+    script: ScriptName
+    keys: Sequence[str]
+    args: Sequence[str | bytes | int]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    query: sql.Composed
+    params: Mapping[str, Any]
+    fetch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cold:
+    """Run statements in one Postgres transaction; the result is one row list per statement
+    (``None`` for statements that fetch nothing)."""
+
+    statements: tuple[Statement, ...]
+
+    @classmethod
+    def one(cls, query: sql.Composed, params: Mapping[str, Any], fetch: bool = False) -> Cold:
+        return cls((Statement(query, params, fetch),))
+
+
+Request = Hot | Cold
+Op = Generator[Request, Any, T]
+
+
+class Breaker:
+    """Circuit breaker of the hot tier, shared by every thread and event loop of a saver.
+
+    Closed: use Redis. Open: bypass it until ``cooldown`` passed, then let one caller probe.
+    """
+
+    def __init__(self, cooldown: float) -> None:
+        self.cooldown = cooldown
+        self._lock = threading.Lock()
+        self.open_since: float | None = None
+        self.trips = 0
+        self.recoveries = 0
+        self._probing = False
+
+    @property
+    def is_open(self) -> bool:
+        return self.open_since is not None
+
+    def state(self) -> str:
+        return "open" if self.open_since is not None else "closed"
+
+    def allows(self) -> bool:
+        """Whether a request may go to the hot tier now (closed, or time for a probe)."""
+        return self.open_since is None
+
+    def should_probe(self) -> bool:
+        """True once per cooldown while open: the caller runs the recovery and reports."""
+        with self._lock:
+            if self.open_since is None or self._probing:
+                return False
+            if time.monotonic() - self.open_since < self.cooldown:
+                return False
+            self._probing = True
+            return True
+
+    def failure(self) -> None:
+        with self._lock:
+            if self.open_since is None:
+                self.trips += 1
+            self.open_since = time.monotonic()
+            self._probing = False
+
+    def recovered(self) -> None:
+        with self._lock:
+            if self.open_since is not None:
+                self.recoveries += 1
+            self.open_since = None
+            self._probing = False
+
+
+@dataclass(slots=True)
+class Context:
+    """Everything an operation needs besides I/O."""
+
+    config: SaverConfig
+    statements: Statements
+    serde: SerializerProtocol
+    breaker: Breaker
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(seconds(self.config.hot_ttl) * 1000)
+
+    @property
+    def deadline_ms(self) -> int:
+        return int((time.time() + seconds(self.config.write_deadline)) * 1000)
+
+    @property
+    def intent_ttl_ms(self) -> int:
+        return int(seconds(self.config.write_deadline) * 2000) + 1000

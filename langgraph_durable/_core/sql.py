@@ -1,0 +1,368 @@
+"""Every SQL statement of the cold tier, and the schema migrations.
+
+Statements are templates with a ``{schema}`` placeholder, rendered once per saver with
+``psycopg.sql.Identifier`` (`Statements`); nothing user-supplied is ever formatted in.
+Parameters are named (``%(thread_id)s``) so each statement documents its own inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step, applied once, in its own transaction, with its version recorded."""
+
+    version: int
+    name: str
+    sql: str
+    transactional: bool = True
+
+
+MIGRATIONS_TABLE = "lgd_migrations"
+
+CREATE_SCHEMA_SQL = "CREATE SCHEMA IF NOT EXISTS {schema}"
+
+CREATE_MIGRATIONS_SQL = """
+CREATE TABLE IF NOT EXISTS {schema}.lgd_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+# Serializes concurrent setup() calls across processes (any 64-bit constant unique to us).
+SETUP_LOCK_KEY = 0x1D6E_D0AB_1E5E_7001
+
+CORE_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "checkpoints, blobs, writes",
+        """
+CREATE TABLE {schema}.lgd_checkpoints (
+    thread_id            text NOT NULL,
+    checkpoint_ns        text NOT NULL DEFAULT '',
+    checkpoint_id        text NOT NULL,
+    parent_checkpoint_id text,
+    run_id               text,
+    checkpoint           bytea NOT NULL,
+    channel_versions     jsonb NOT NULL,
+    metadata             jsonb NOT NULL DEFAULT '{{}}',
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+);
+CREATE INDEX lgd_checkpoints_run_id_idx ON {schema}.lgd_checkpoints (run_id)
+    WHERE run_id IS NOT NULL;
+CREATE TABLE {schema}.lgd_blobs (
+    thread_id     text NOT NULL,
+    checkpoint_ns text NOT NULL DEFAULT '',
+    channel       text NOT NULL,
+    version       text NOT NULL,
+    blob          bytea NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+);
+CREATE TABLE {schema}.lgd_writes (
+    thread_id     text NOT NULL,
+    checkpoint_ns text NOT NULL DEFAULT '',
+    checkpoint_id text NOT NULL,
+    task_id       text NOT NULL,
+    idx           integer NOT NULL,
+    channel       text NOT NULL,
+    task_path     text NOT NULL DEFAULT '',
+    blob          bytea NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+);
+CREATE TABLE {schema}.lgd_hot_invalidations (
+    thread_id text PRIMARY KEY,
+    at        timestamptz NOT NULL DEFAULT now()
+);
+""",
+    ),
+)
+
+# One tuple row per checkpoint: the checkpoint, its blobs and its pending writes, in a
+# single round trip (two LATERAL aggregates, each an index lookup).
+_SELECT_TUPLES = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+       c.checkpoint, c.metadata,
+       bl.channels AS blob_channels, bl.versions AS blob_versions, bl.blobs AS blobs,
+       wr.task_ids AS write_task_ids, wr.idxs AS write_idxs, wr.channels AS write_channels,
+       wr.paths AS write_paths, wr.blobs AS write_blobs
+FROM {schema}.lgd_checkpoints c
+LEFT JOIN LATERAL (
+    SELECT array_agg(b.channel) AS channels, array_agg(b.version) AS versions,
+           array_agg(b.blob) AS blobs
+    FROM jsonb_each_text(c.channel_versions) v
+    JOIN {schema}.lgd_blobs b
+      ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+     AND b.channel = v.key AND b.version = v.value
+) bl ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(w.task_id) AS task_ids, array_agg(w.idx) AS idxs,
+           array_agg(w.channel) AS channels, array_agg(w.task_path) AS paths,
+           array_agg(w.blob) AS blobs
+    FROM {schema}.lgd_writes w
+    WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+      AND w.checkpoint_id = c.checkpoint_id
+) wr ON true
+"""
+
+# %(thread_id)s, %(checkpoint_ns)s
+GET_LATEST_SQL = (
+    _SELECT_TUPLES
+    + """WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+ORDER BY c.checkpoint_id DESC LIMIT 1"""
+)
+
+# %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s
+GET_BY_ID_SQL = (
+    _SELECT_TUPLES
+    + """WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+  AND c.checkpoint_id = %(checkpoint_id)s"""
+)
+
+# Every filter is optional: a NULL parameter disables it. %(limit)s NULL means no limit.
+LIST_SQL = (
+    _SELECT_TUPLES
+    + """WHERE (%(thread_id)s::text IS NULL OR c.thread_id = %(thread_id)s)
+  AND (%(checkpoint_ns)s::text IS NULL OR c.checkpoint_ns = %(checkpoint_ns)s)
+  AND (%(checkpoint_id)s::text IS NULL OR c.checkpoint_id = %(checkpoint_id)s)
+  AND (%(before)s::text IS NULL OR c.checkpoint_id < %(before)s)
+  AND (%(filter)s::jsonb IS NULL OR c.metadata @> %(filter)s::jsonb)
+ORDER BY c.checkpoint_id DESC
+LIMIT %(limit)s"""
+)
+
+# A checkpoint and its new blobs in one statement (one round trip, one transaction).
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s
+# %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s %(blobs)s
+PUT_CHECKPOINT_SQL = """
+WITH new_blobs AS (
+    INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, x.channel, x.version, x.blob
+    FROM unnest(%(channels)s::text[], %(versions)s::text[], %(blobs)s::bytea[])
+         AS x(channel, version, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+)
+INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+    parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, %(run_id)s,
+    %(checkpoint)s, %(channel_versions)s::jsonb, %(metadata)s::jsonb)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+    run_id = EXCLUDED.run_id,
+    checkpoint = EXCLUDED.checkpoint,
+    channel_versions = EXCLUDED.channel_versions,
+    metadata = EXCLUDED.metadata
+"""
+
+# Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
+# %(idxs)s %(channels)s %(blobs)s (ordinary)  %(s_idxs)s %(s_channels)s %(s_blobs)s (special)
+PUT_WRITES_SQL = """
+WITH special AS (
+    INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+        channel, task_path, blob)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
+        x.channel, %(task_path)s, x.blob
+    FROM unnest(%(s_idxs)s::int[], %(s_channels)s::text[], %(s_blobs)s::bytea[])
+         AS x(idx, channel, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob
+)
+INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+    channel, task_path, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
+    x.channel, %(task_path)s, x.blob
+FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(blobs)s::bytea[]) AS x(idx, channel, blob)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+"""
+
+# %(thread_ids)s
+DELETE_THREADS_SQL = """
+WITH w AS (DELETE FROM {schema}.lgd_writes WHERE thread_id = ANY(%(thread_ids)s)),
+     b AS (DELETE FROM {schema}.lgd_blobs WHERE thread_id = ANY(%(thread_ids)s))
+DELETE FROM {schema}.lgd_checkpoints WHERE thread_id = ANY(%(thread_ids)s)
+"""
+
+# %(run_ids)s -> the threads that hold checkpoints of those runs
+THREADS_OF_RUNS_SQL = """
+SELECT DISTINCT thread_id FROM {schema}.lgd_checkpoints WHERE run_id = ANY(%(run_ids)s)
+"""
+
+# %(run_ids)s; blobs no remaining checkpoint of the thread refers to go too.
+DELETE_FOR_RUNS_SQL = """
+WITH gone AS (
+    DELETE FROM {schema}.lgd_checkpoints WHERE run_id = ANY(%(run_ids)s)
+    RETURNING thread_id, checkpoint_ns, checkpoint_id
+)
+DELETE FROM {schema}.lgd_writes w USING gone
+WHERE w.thread_id = gone.thread_id AND w.checkpoint_ns = gone.checkpoint_ns
+  AND w.checkpoint_id = gone.checkpoint_id
+"""
+
+# %(source)s %(target)s
+COPY_THREAD_SQL = """
+WITH c AS (
+    INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+        parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata, created_at)
+    SELECT %(target)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
+        checkpoint, channel_versions, metadata, created_at
+    FROM {schema}.lgd_checkpoints WHERE thread_id = %(source)s
+    ON CONFLICT DO NOTHING
+), b AS (
+    INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
+    SELECT %(target)s, checkpoint_ns, channel, version, blob
+    FROM {schema}.lgd_blobs WHERE thread_id = %(source)s
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+    channel, task_path, blob)
+SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, blob
+FROM {schema}.lgd_writes WHERE thread_id = %(source)s
+ON CONFLICT DO NOTHING
+"""
+
+# The shape of each thread's history, for prune: ids, parents, delta counters, and for
+# each channel version whether a stored value (a snapshot or a plain value) exists.
+# %(thread_ids)s
+PRUNE_SCAN_SQL = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+       c.metadata -> 'counters_since_delta_snapshot' AS counters,
+       ARRAY(SELECT b.channel FROM jsonb_each_text(c.channel_versions) v
+             JOIN {schema}.lgd_blobs b
+               ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+              AND b.channel = v.key AND b.version = v.value) AS stored_channels
+FROM {schema}.lgd_checkpoints c
+WHERE c.thread_id = ANY(%(thread_ids)s)
+"""
+
+# Delete every checkpoint of the given threads not in the keep-list, its writes, and the
+# blobs no kept checkpoint refers to.
+# %(thread_ids)s %(keep_threads)s %(keep_ns)s %(keep_ids)s
+PRUNE_DELETE_SQL = """
+WITH keep AS (
+    SELECT * FROM unnest(%(keep_threads)s::text[], %(keep_ns)s::text[], %(keep_ids)s::text[])
+        AS k(thread_id, checkpoint_ns, checkpoint_id)
+), gone AS (
+    DELETE FROM {schema}.lgd_checkpoints c
+    WHERE c.thread_id = ANY(%(thread_ids)s)
+      AND NOT EXISTS (SELECT 1 FROM keep WHERE keep.thread_id = c.thread_id
+                      AND keep.checkpoint_ns = c.checkpoint_ns
+                      AND keep.checkpoint_id = c.checkpoint_id)
+    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id
+), gone_writes AS (
+    DELETE FROM {schema}.lgd_writes w USING gone
+    WHERE w.thread_id = gone.thread_id AND w.checkpoint_ns = gone.checkpoint_ns
+      AND w.checkpoint_id = gone.checkpoint_id
+)
+SELECT count(*) FROM gone
+"""
+
+# Blobs of the given threads that no remaining checkpoint refers to. %(thread_ids)s
+DELETE_ORPHAN_BLOBS_SQL = """
+DELETE FROM {schema}.lgd_blobs b
+WHERE b.thread_id = ANY(%(thread_ids)s)
+  AND NOT EXISTS (
+    SELECT 1 FROM {schema}.lgd_checkpoints c
+    WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+      AND c.channel_versions ->> b.channel = b.version)
+"""
+
+# The parent chain above a checkpoint (excluding it), nearest first, with the channel
+# versions of the requested channels and which of them have a stored value.
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(channels)s
+DELTA_CHAIN_SQL = """
+WITH RECURSIVE chain AS (
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channel_versions, 0 AS depth
+    FROM {schema}.lgd_checkpoints c
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = (
+        SELECT t.parent_checkpoint_id FROM {schema}.lgd_checkpoints t
+        WHERE t.thread_id = %(thread_id)s AND t.checkpoint_ns = %(checkpoint_ns)s
+          AND t.checkpoint_id = %(checkpoint_id)s)
+    UNION ALL
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channel_versions, chain.depth + 1
+    FROM chain JOIN {schema}.lgd_checkpoints c
+      ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+     AND c.checkpoint_id = chain.parent_checkpoint_id
+)
+SELECT chain.checkpoint_id,
+       ARRAY(SELECT b.channel FROM unnest(%(channels)s::text[]) ch
+             JOIN {schema}.lgd_blobs b
+               ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+              AND b.channel = ch AND b.version = chain.channel_versions ->> ch) AS stored
+FROM chain ORDER BY chain.depth
+"""
+
+# The writes of some checkpoints on some channels, and the seed blobs.
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_ids)s %(channels)s
+DELTA_WRITES_SQL = """
+SELECT w.checkpoint_id, w.task_id, w.idx, w.channel, w.task_path, w.blob
+FROM {schema}.lgd_writes w
+WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
+  AND w.checkpoint_id = ANY(%(checkpoint_ids)s) AND w.channel = ANY(%(channels)s)
+"""
+
+# %(thread_id)s %(checkpoint_ns)s %(seed_ids)s %(seed_channels)s (aligned arrays)
+DELTA_SEEDS_SQL = """
+SELECT s.channel, b.blob
+FROM unnest(%(seed_ids)s::text[], %(seed_channels)s::text[]) AS s(checkpoint_id, channel)
+JOIN {schema}.lgd_checkpoints c
+  ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+ AND c.checkpoint_id = s.checkpoint_id
+JOIN {schema}.lgd_blobs b
+  ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+ AND b.channel = s.channel AND b.version = c.channel_versions ->> s.channel
+"""
+
+# Repair of a damaged cold blob from a good hot copy.
+# %(thread_id)s %(checkpoint_ns)s %(channel)s %(version)s %(blob)s
+REPAIR_BLOB_SQL = """
+UPDATE {schema}.lgd_blobs SET blob = %(blob)s
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND channel = %(channel)s AND version = %(version)s
+"""
+
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(checkpoint)s
+REPAIR_CHECKPOINT_SQL = """
+UPDATE {schema}.lgd_checkpoints SET checkpoint = %(checkpoint)s
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND checkpoint_id = %(checkpoint_id)s
+"""
+
+# Threads whose hot copy may be stale because a write bypassed Redis. %(thread_id)s
+MARK_HOT_STALE_SQL = """
+INSERT INTO {schema}.lgd_hot_invalidations (thread_id) VALUES (%(thread_id)s)
+ON CONFLICT (thread_id) DO UPDATE SET at = now()
+"""
+
+TAKE_HOT_STALE_SQL = """
+SELECT thread_id, at FROM {schema}.lgd_hot_invalidations ORDER BY at LIMIT 1000
+"""
+
+# %(thread_ids)s %(before)s: only marks not renewed since they were read.
+CLEAR_HOT_STALE_SQL = """
+DELETE FROM {schema}.lgd_hot_invalidations
+WHERE thread_id = ANY(%(thread_ids)s) AND at <= %(before)s
+"""
+
+
+def render(template: str, schema: str) -> sql.Composed:
+    """Render a template for ``schema`` (quoted as an identifier)."""
+    return sql.SQL(template).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
+
+
+class Statements:
+    """Every statement rendered once for one schema; attribute names match the constants."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        for name, value in globals().items():
+            if name.endswith("_SQL") and isinstance(value, str):
+                setattr(self, name.lower(), render(value, schema))
+
+    def __getattr__(self, name: str) -> sql.Composed:  # only for the type checker
+        raise AttributeError(name)

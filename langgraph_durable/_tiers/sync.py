@@ -1,0 +1,91 @@
+"""Blocking driver: redis-py and a psycopg pool. Mirror of `aio.py`."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+import redis
+
+from langgraph_durable._core.requests import Cold, Hot, Op, Request
+from langgraph_durable._tiers.common import (
+    COLD_ERRORS,
+    HOT_ERRORS,
+    SCRIPTS,
+    cold_unavailable,
+    hot_unavailable,
+    postgres_options,
+    redis_options,
+)
+from langgraph_durable.config import SaverConfig
+
+T = TypeVar("T")
+
+
+class Tiers:
+    """Both tiers' clients for blocking callers (safe to share between threads)."""
+
+    def __init__(self, config: SaverConfig) -> None:
+        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+            config.redis_url, **redis_options(config)))
+        self.scripts = {name: self.redis.register_script(src) for name, src in SCRIPTS.items()}
+        self.pool = psycopg_pool.ConnectionPool(
+            config.postgres_url, open=False, name="langgraph_durable", **postgres_options(config))
+
+    def open(self) -> None:
+        self.pool.open(wait=False)
+
+    def run(self, op: Op[T]) -> T:
+        """Drive an operation to its end, executing each request it yields."""
+        try:
+            request = next(op)
+            while True:
+                try:
+                    result = self.execute(request)
+                except Exception as exc:
+                    request = op.throw(exc)
+                else:
+                    request = op.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def execute(self, request: Request) -> Any:
+        if isinstance(request, Hot):
+            return self.hot(request)
+        return self.cold(request)
+
+    def hot(self, request: Hot) -> Any:
+        try:
+            return self.scripts[request.script](keys=request.keys, args=request.args)
+        except HOT_ERRORS as exc:
+            raise (hot_unavailable(exc) or exc) from exc
+
+    def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
+        try:
+            with self.pool.connection() as conn:
+                if len(request.statements) == 1:
+                    return [self._execute(conn, request.statements[0])]
+                with conn.transaction():
+                    return [self._execute(conn, s) for s in request.statements]
+        except psycopg.OperationalError as exc:
+            if retry and conn_was_broken(exc):  # a pooled connection died; one fresh try
+                return self.cold(request, retry=False)
+            raise cold_unavailable(exc) from exc
+        except COLD_ERRORS as exc:
+            raise cold_unavailable(exc) from exc
+
+    @staticmethod
+    def _execute(conn: psycopg.Connection[Any], statement: Any) -> Any:
+        cursor = conn.execute(statement.query, statement.params)
+        return cursor.fetchall() if statement.fetch else None
+
+    def close(self) -> None:
+        self.pool.close()
+        self.redis.close()
+        self.redis.connection_pool.disconnect()
+
+
+def conn_was_broken(exc: psycopg.OperationalError) -> bool:
+    """Whether the error came from a connection that died (not a statement that failed)."""
+    return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))

@@ -1,0 +1,122 @@
+"""Configuration: one frozen dataclass with defaults in code and validation at construction."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from langgraph_durable.errors import ConfigurationError
+
+WriteMode = Literal["through", "behind"]
+FlushPolicy = Literal["all", "latest"]
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def seconds(value: float | timedelta) -> float:
+    """Return a duration given as seconds or a `timedelta` in seconds."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaverConfig:
+    """Every setting of a `DurableSaver`.
+
+    Attributes:
+        redis_url: URL of the hot tier (Redis >= 6.2 or Valkey, no modules needed).
+        postgres_url: libpq URL of the cold tier, the system of record.
+        write_mode: ``"through"``: a write returns once Postgres committed it.
+            ``"behind"``: a write returns once Redis holds it and its flush journal entry;
+            a flusher moves it to Postgres.
+        key_prefix: every Redis key starts with it; letters, digits, ``_.-`` only.
+        schema: Postgres schema of every table (created by ``setup()``).
+        hot_ttl: idle time after which a thread's hot keys expire (refreshed on access;
+            never before the thread is flushed). ``0`` keeps them until deleted.
+        write_deadline: how long a write-through writer may take between announcing a
+            write to Redis and finishing it; past it, readers treat the writer as dead.
+        redis_max_connections: size of the Redis connection pool (callers wait, not fail).
+        postgres_max_connections: size of the Postgres connection pool (callers wait).
+        pool_timeout: how long a caller waits for a pooled connection before an error.
+        breaker_cooldown: how long the hot tier is bypassed after it failed, before a probe.
+        flush_interval: write-behind: the longest an acknowledged write waits for a flush.
+        flush_batch: write-behind: the most journal entries one flush transaction carries.
+        flush_policy: write-behind: ``"all"`` flushes every checkpoint; ``"latest"`` only the
+            newest checkpoint of each thread and namespace in a batch (and the writes it needs).
+        max_unflushed: write-behind: the most journal entries Redis may hold while Postgres
+            is unreachable before writes raise `TierUnavailableError`.
+        prepare_threshold: psycopg's prepared-statement threshold (``None`` for poolers
+            such as PgBouncer in transaction mode).
+    """
+
+    redis_url: str = DEFAULT_REDIS_URL
+    postgres_url: str = DEFAULT_POSTGRES_URL
+    write_mode: WriteMode = "through"
+    key_prefix: str = "lgd"
+    schema: str = "public"
+    hot_ttl: float | timedelta = timedelta(days=1)
+    write_deadline: float | timedelta = 30.0
+    redis_max_connections: int = 64
+    postgres_max_connections: int = 10
+    pool_timeout: float | timedelta = 30.0
+    breaker_cooldown: float | timedelta = 1.0
+    flush_interval: float | timedelta = 0.25
+    flush_batch: int = 256
+    flush_policy: FlushPolicy = "all"
+    max_unflushed: int = 100_000
+    prepare_threshold: int | None = 5
+
+    def __post_init__(self) -> None:
+        if self.write_mode not in ("through", "behind"):
+            raise ConfigurationError(
+                f"write_mode must be 'through' or 'behind', not {self.write_mode!r}"
+            )
+        if self.flush_policy not in ("all", "latest"):
+            raise ConfigurationError(
+                f"flush_policy must be 'all' or 'latest', not {self.flush_policy!r}"
+            )
+        if not _PREFIX_RE.match(self.key_prefix):
+            raise ConfigurationError(
+                f"key_prefix must be 1-64 characters of letters, digits, '_', '.', '-'; "
+                f"got {self.key_prefix!r}"
+            )
+        if not _SCHEMA_RE.match(self.schema):
+            raise ConfigurationError(
+                f"schema must be a plain SQL identifier (letters, digits, '_'); got {self.schema!r}"
+            )
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
+            raise ConfigurationError(f"redis_url must be a redis:// URL, got {self.redis_url!r}")
+        if not self.postgres_url.startswith(("postgresql://", "postgres://")) and "=" not in (
+            self.postgres_url
+        ):
+            raise ConfigurationError(
+                f"postgres_url must be a postgresql:// URL or libpq conninfo, "
+                f"got {self.postgres_url!r}"
+            )
+        for name in ("hot_ttl", "write_deadline", "pool_timeout", "breaker_cooldown"):
+            if seconds(getattr(self, name)) < 0:
+                raise ConfigurationError(f"{name} must not be negative")
+        if seconds(self.flush_interval) <= 0:
+            raise ConfigurationError("flush_interval must be positive")
+        for name in ("redis_max_connections", "postgres_max_connections", "flush_batch"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name} must be at least 1")
+        if self.max_unflushed < 1:
+            raise ConfigurationError("max_unflushed must be at least 1")
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> SaverConfig:
+        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` plus overrides."""
+        values: dict[str, object] = {}
+        if url := os.environ.get("LGD_REDIS_URL"):
+            values["redis_url"] = url
+        if url := os.environ.get("LGD_POSTGRES_URL"):
+            values["postgres_url"] = url
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,100 @@
+"""The error tree of langgraph_durable: every error the package raises is a `DurableError`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+class DurableError(Exception):
+    """Base class of every error raised by langgraph_durable."""
+
+
+class ConfigurationError(DurableError, ValueError):
+    """An option, URL or config passed to the saver is invalid."""
+
+
+class SchemaVersionError(DurableError):
+    """The database schema is newer than this version of the package understands."""
+
+
+class SerializationError(DurableError):
+    """A value could not be serialized; nothing was stored.
+
+    Attributes:
+        thread_id, checkpoint_ns, checkpoint_id, channel: where the value belonged.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        checkpoint_ns: str | None = None,
+        checkpoint_id: str | None = None,
+        channel: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.channel = channel
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class CorruptStateError(SerializationError):
+    """A stored blob failed its checksum or could not be decoded, and no good copy exists."""
+
+
+class TierUnavailableError(DurableError):
+    """A storage tier could not be reached; `__cause__` is the driver's error.
+
+    Attributes:
+        tier: ``"hot"`` (Redis) or ``"cold"`` (Postgres).
+    """
+
+    def __init__(self, message: str, *, tier: Literal["hot", "cold"]) -> None:
+        super().__init__(message)
+        self.tier = tier
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class ThreadConflictError(DurableError):
+    """Two writers disagreed about one thread's state."""
+
+
+class ToolCallError(DurableError):
+    """Base class of the tool ledger's errors.
+
+    Attributes:
+        key: the idempotency key of the call.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class IdempotencyConflictError(ToolCallError):
+    """The same idempotency key was used with a different tool or different arguments."""
+
+
+class ToolCallInProgressError(ToolCallError):
+    """Another worker holds a live lease on this call."""
+
+
+class ToolOutcomeUncertainError(ToolCallError):
+    """The call started but its owner died before recording an outcome; the policy says raise."""
+
+
+def _rebuild(cls: type[DurableError], args: tuple[object, ...], state: dict[str, object]) -> DurableError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error

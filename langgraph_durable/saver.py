@@ -1,0 +1,292 @@
+"""`DurableSaver`: a LangGraph checkpointer with a Redis hot tier over a Postgres system of record.
+
+Every method exists in both flavours on the same object; each is one line that hands a
+sans-I/O operation from `_core.ops` to the blocking or the asyncio driver. Blocking
+clients are shared by all threads; asyncio clients belong to the event loop that made
+them, so successive ``asyncio.run`` calls keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_durable._core import migrate, ops
+from langgraph_durable._core.requests import Breaker, Context, Op
+from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
+from langgraph_durable._tiers import aio, sync
+from langgraph_durable.config import SaverConfig, WriteMode, seconds
+
+logger = logging.getLogger("langgraph_durable")
+T = TypeVar("T")
+
+
+class DurableSaver(BaseCheckpointSaver[str]):
+    """Checkpointer with a Redis hot tier and a PostgreSQL cold tier.
+
+    A drop-in replacement for `MemorySaver`: ``builder.compile(checkpointer=saver)``, then
+    ``graph.invoke`` and ``await graph.ainvoke`` on the same object.
+
+    Args:
+        redis_url: hot tier URL; default ``$LGD_REDIS_URL`` or ``redis://127.0.0.1:6379/0``.
+        postgres_url: cold tier URL; default ``$LGD_POSTGRES_URL`` or the local server.
+        write_mode: ``"through"`` (a write returns once Postgres committed it) or
+            ``"behind"`` (once Redis holds it; a flusher moves it to Postgres).
+        key_prefix: prefix of every Redis key.
+        schema: Postgres schema of every table.
+        serde: serializer; default LangGraph's `JsonPlusSerializer`.
+        **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings).
+
+    Raises:
+        ConfigurationError: an option is invalid.
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        postgres_url: str | None = None,
+        *,
+        write_mode: WriteMode = "through",
+        key_prefix: str = "lgd",
+        schema: str = "public",
+        serde: SerializerProtocol | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.config = SaverConfig.from_env(
+            redis_url=redis_url, postgres_url=postgres_url, write_mode=write_mode,
+            key_prefix=key_prefix, schema=schema, **options,
+        )
+        self._ctx = Context(
+            config=self.config,
+            statements=Statements(self.config.schema),
+            serde=self.serde,
+            breaker=Breaker(seconds(self.config.breaker_cooldown)),
+        )
+        self._lock = threading.Lock()
+        self._sync: sync.Tiers | None = None
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aio.Tiers] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._closed = False
+
+    @property
+    def migrations(self) -> tuple[Migration, ...]:
+        """Every schema migration `setup` applies."""
+        return CORE_MIGRATIONS
+
+    # ------------------------------------------------------------------ drivers
+
+    def _tiers(self) -> sync.Tiers:
+        if self._sync is None:
+            with self._lock:
+                if self._sync is None:
+                    tiers = sync.Tiers(self.config)
+                    tiers.open()
+                    self._sync = tiers
+        return self._sync
+
+    async def _atiers(self) -> aio.Tiers:
+        loop = asyncio.get_running_loop()
+        tiers = self._aio.get(loop)
+        if tiers is None:
+            tiers = aio.Tiers(self.config)
+            await tiers.open()
+            self._aio[loop] = tiers
+        return tiers
+
+    def _run(self, op: Op[T]) -> T:
+        tiers = self._tiers()
+        if self._ctx.breaker.should_probe():
+            tiers.run(ops.recover_hot(self._ctx))
+        return tiers.run(op)
+
+    async def _arun(self, op: Op[T]) -> T:
+        tiers = await self._atiers()
+        if self._ctx.breaker.should_probe():
+            await tiers.run(ops.recover_hot(self._ctx))
+        return await tiers.run(op)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def setup(self) -> None:
+        """Create the schema and tables; idempotent and safe from many processes at once."""
+        self._run(migrate.setup(self.config.schema, self.migrations))
+
+    async def asetup(self) -> None:
+        """Async twin of `setup`."""
+        await self._arun(migrate.setup(self.config.schema, self.migrations))
+
+    def close(self) -> None:
+        """Close the blocking clients (and forget every event loop's clients)."""
+        self._closed = True
+        with self._lock:
+            tiers, self._sync = self._sync, None
+        if tiers is not None:
+            tiers.close()
+
+    async def aclose(self) -> None:
+        """Close the current event loop's clients (and the blocking ones)."""
+        loop = asyncio.get_running_loop()
+        tiers = self._aio.pop(loop, None)
+        if tiers is not None:
+            await tiers.close()
+        if self._sync is not None:
+            await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> DurableSaver:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DurableSaver:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, redis_url: str, postgres_url: str,
+                         **options: Any) -> Iterator[DurableSaver]:
+        """A saver for the two URLs, set up, closed on exit (like `PostgresSaver`'s)."""
+        saver = cls(redis_url, postgres_url, **options)
+        try:
+            saver.setup()
+            yield saver
+        finally:
+            saver.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(cls, redis_url: str, postgres_url: str,
+                                **options: Any) -> AsyncIterator[DurableSaver]:
+        """Async twin of `from_conn_string`."""
+        saver = cls(redis_url, postgres_url, **options)
+        try:
+            await saver.asetup()
+            yield saver
+        finally:
+            await saver.aclose()
+
+    # ------------------------------------------------------------------ reads
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (or its thread's latest) with pending writes."""
+        return self._run(ops.get_tuple(self._ctx, config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async twin of `get_tuple`."""
+        return await self._arun(ops.get_tuple(self._ctx, config))
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None,
+             limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first; ``filter`` matches metadata, ``limit`` runs in SQL."""
+        yield from self._run(ops.list_checkpoints(
+            self._ctx, config, filter=filter, before=before, limit=limit))
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None,
+                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of `list`."""
+        for item in await self._arun(ops.list_checkpoints(
+                self._ctx, config, filter=filter, before=before, limit=limit)):
+            yield item
+
+    def get_delta_channel_history(self, *, config: RunnableConfig,
+                                  channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        """Writes and seed of each channel along the parent chain, in a few round trips."""
+        return self._run(ops.delta_channel_history(self._ctx, config, channels))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Async twin of `get_delta_channel_history`."""
+        return await self._arun(ops.delta_channel_history(self._ctx, config, channels))
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Store a checkpoint and the channel versions it introduces."""
+        return self._run(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        """Async twin of `put`."""
+        return await self._arun(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                   task_id: str, task_path: str = "") -> None:
+        """Store a task's pending writes (special channels replace, others first-write-wins)."""
+        self._run(ops.put_writes(self._ctx, config, writes, task_id, task_path))
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        """Async twin of `put_writes`."""
+        await self._arun(ops.put_writes(self._ctx, config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints, blobs and writes from both tiers."""
+        self._run(ops.delete_threads(self._ctx, [thread_id]))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async twin of `delete_thread`."""
+        await self._arun(ops.delete_threads(self._ctx, [thread_id]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) that the given runs created."""
+        self._run(ops.delete_for_runs(self._ctx, run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async twin of `delete_for_runs`."""
+        await self._arun(ops.delete_for_runs(self._ctx, run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's whole history (every ancestor and its writes) to another id."""
+        self._run(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async twin of `copy_thread`."""
+        await self._arun(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: keep each namespace's latest checkpoint and what its
+        `DeltaChannel` values and pending interrupts need; ``"delete"``: delete the threads."""
+        self._run(ops.prune(self._ctx, thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async twin of `prune`."""
+        await self._arun(ops.prune(self._ctx, thread_ids, strategy))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Monotonic, sortable version strings (as `InMemorySaver` makes them)."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"

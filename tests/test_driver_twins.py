@@ -1,0 +1,33 @@
+"""The asyncio driver is a mechanical mirror of the blocking one: they cannot drift."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+TIERS = Path(__file__).parent.parent / "langgraph_durable" / "_tiers"
+
+# What may differ between the twins, and nothing else.
+_ASYNC_TO_SYNC = [
+    (r"\basync with\b", "with"),
+    (r"\basync def\b", "def"),
+    (r"\bawait\s+", ""),
+    (r"import redis\.asyncio as redis", "import redis"),
+    (r"AsyncConnectionPool", "ConnectionPool"),
+    (r"AsyncConnection\b", "Connection"),
+    (r"self\.redis\.aclose\(\)", "self.redis.close()"),
+]
+
+
+def _body(path: Path) -> list[str]:
+    text = path.read_text()
+    text = text.split('"""', 2)[2]  # drop the module docstring, which names the flavour
+    return [line for line in text.splitlines() if "clients for" not in line]
+
+
+def test_async_driver_mirrors_sync_driver() -> None:
+    """Rewriting aio.py's async syntax to sync syntax yields sync.py line for line."""
+    aio = _body(TIERS / "aio.py")
+    for pattern, repl in _ASYNC_TO_SYNC:
+        aio = [re.sub(pattern, repl, line) for line in aio]
+    assert aio == _body(TIERS / "sync.py")
