@@ -227,7 +227,7 @@ def test_two_data_dirs_do_not_clash(
     """Two `EmbeddedServers` on different data directories run side by side, isolated."""
     # Awkward names also exercise the quoting of both URLs.
     first = make_servers(data_root / "dir one").start()
-    second = make_servers(data_root / "dir,2&x").start()
+    second = make_servers(data_root / "dir#2&x=%").start()
     assert first.running and second.running
     assert first.redis_url != second.redis_url
     assert first.postgres_url != second.postgres_url
@@ -289,6 +289,30 @@ def test_socket_path_too_long_is_rejected(data_root: Path) -> None:
         EmbeddedServers(data_root / ("x" * 120)).start()
 
 
+def test_pidfile_of_unrelated_process_is_left_alone(
+    data_root: Path, make_servers: Callable[[Path], EmbeddedServers]
+) -> None:
+    """Pidfiles naming a live process that is not our server (pid reuse) kill nothing."""
+    data_dir = data_root / "d"
+    make_servers(data_dir).start().stop()
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        for pidfile in ("run/postgres.pid", "run/valkey.pid", "pg/postmaster.pid"):
+            (data_dir / pidfile).write_text(f"{bystander.pid}\n")
+        servers = make_servers(data_dir).start()
+        assert servers.running
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_comma_in_data_dir_is_rejected(data_root: Path) -> None:
+    """A comma, which libpq would split the socket host on, fails early with a clear message."""
+    with pytest.raises(ConfigurationError, match="comma"):
+        EmbeddedServers(data_root / "a,b").start()
+
+
 @pytest.mark.skipif(not IS_ROOT, reason="only root runs PostgreSQL as another account")
 def test_untraversable_parent_is_reported_not_loosened(tmp_path: Path) -> None:
     """As root, a parent folder lgd-postgres cannot enter is named in the error, unchanged."""
@@ -298,5 +322,6 @@ def test_untraversable_parent_is_reported_not_loosened(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match=f"cannot enter {locked}.*chmod o\\+x"):
             EmbeddedServers(locked / "d").start()
         assert locked.stat().st_mode & 0o777 == 0o700
+        assert not (locked / "d" / "pg").exists()
     finally:
         shutil.rmtree(locked, ignore_errors=True)

@@ -1,0 +1,123 @@
+"""Small graphs the tests run on real savers."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Send, interrupt
+
+
+def chat_graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
+    """plan -> act -> finish, each appending one AI message."""
+
+    def step(name: str) -> Any:
+        def node(state: MessagesState) -> dict[str, Any]:
+            return {"messages": [AIMessage(content=f"{name} #{len(state['messages'])}")]}
+
+        return node
+
+    builder = StateGraph(MessagesState)
+    for name in ("plan", "act", "finish"):
+        builder.add_node(name, step(name))
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "act")
+    builder.add_edge("act", "finish")
+    builder.add_edge("finish", END)
+    return builder.compile(checkpointer=saver)
+
+
+class Approval(TypedDict):
+    request: str
+    decision: str
+
+
+def approval_graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
+    """A node that pauses with interrupt() until a human answers."""
+
+    def ask(state: Approval) -> dict[str, Any]:
+        return {"decision": interrupt({"question": f"approve {state['request']}?"})}
+
+    builder = StateGraph(Approval)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=saver)
+
+
+class FanOut(TypedDict):
+    items: list[str]
+    results: Annotated[list[str], operator.add]
+
+
+class Item(TypedDict):
+    item: str
+
+
+def fan_out_graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
+    """Send one task per item; results are reduced with operator.add."""
+
+    def route(state: FanOut) -> list[Send]:
+        return [Send("work", {"item": item}) for item in state["items"]]
+
+    def work(state: Item) -> dict[str, Any]:
+        return {"results": [state["item"].upper()]}
+
+    builder = StateGraph(FanOut)
+    builder.add_node("work", work)
+    builder.add_conditional_edges(START, route, ["work"])
+    builder.add_edge("work", END)
+    return builder.compile(checkpointer=saver)
+
+
+def subgraph_graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
+    """A parent whose node is a compiled subgraph (its own checkpoint namespace)."""
+
+    def inner_step(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="inner")]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("inner_step", inner_step)
+    inner.add_edge(START, "inner_step")
+    inner.add_edge("inner_step", END)
+
+    def outer_step(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="outer")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("child", inner.compile())
+    builder.add_node("outer_step", outer_step)
+    builder.add_edge(START, "child")
+    builder.add_edge("child", "outer_step")
+    builder.add_edge("outer_step", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _concat(state: list[str], writes: Sequence[list[str]]) -> list[str]:
+    out = list(state)
+    for w in writes:
+        out.extend(w)
+    return out
+
+
+class DeltaState(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+
+
+def delta_graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
+    """One node appending to a DeltaChannel that snapshots every 3 updates."""
+
+    def add(state: DeltaState) -> dict[str, Any]:
+        return {"log": [f"entry {len(state['log'])}"]}
+
+    builder = StateGraph(DeltaState)
+    builder.add_node("add", add)
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder.compile(checkpointer=saver)
