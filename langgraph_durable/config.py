@@ -49,6 +49,8 @@ class SaverConfig:
         flush_batch: write-behind: the most journal entries one flush transaction carries.
         flush_policy: write-behind: ``"all"`` flushes every checkpoint; ``"latest"`` only the
             newest checkpoint of each thread and namespace in a batch (and the writes it needs).
+        reclaim_after: write-behind: how long a batch another flusher took may sit
+            unacknowledged before this one takes it over (that flusher is presumed dead).
         max_unflushed: write-behind: the most journal entries Redis may hold while Postgres
             is unreachable before writes raise `TierUnavailableError`.
         prepare_threshold: psycopg's prepared-statement threshold (``None`` for poolers
@@ -69,6 +71,7 @@ class SaverConfig:
     flush_interval: float | timedelta = 0.25
     flush_batch: int = 256
     flush_policy: FlushPolicy = "all"
+    reclaim_after: float | timedelta = 10.0
     max_unflushed: int = 100_000
     prepare_threshold: int | None = 5
 
@@ -99,7 +102,8 @@ class SaverConfig:
                 f"postgres_url must be a postgresql:// URL or libpq conninfo, "
                 f"got {self.postgres_url!r}"
             )
-        for name in ("hot_ttl", "write_deadline", "pool_timeout", "breaker_cooldown"):
+        for name in ("hot_ttl", "write_deadline", "pool_timeout", "breaker_cooldown",
+                     "reclaim_after"):
             if seconds(getattr(self, name)) < 0:
                 raise ConfigurationError(f"{name} must not be negative")
         if seconds(self.flush_interval) <= 0:

@@ -93,7 +93,9 @@ class ToolOutcomeUncertainError(ToolCallError):
     """The call started but its owner died before recording an outcome; the policy says raise."""
 
 
-def _rebuild(cls: type[DurableError], args: tuple[object, ...], state: dict[str, object]) -> DurableError:
+def _rebuild(
+    cls: type[DurableError], args: tuple[object, ...], state: dict[str, object]
+) -> DurableError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)

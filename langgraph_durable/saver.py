@@ -29,11 +29,15 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core import migrate, ops
+from langgraph_durable._core import journal, migrate, ops
+from langgraph_durable._core.ledger_sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Breaker, Context, Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
+from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.flusher import BackgroundFlusher
+from langgraph_durable.ledger import Ledger
 
 logger = logging.getLogger("langgraph_durable")
 T = TypeVar("T")
@@ -86,12 +90,23 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aio.Tiers] = (
             weakref.WeakKeyDictionary()
         )
-        self._closed = False
+        self._flusher: BackgroundFlusher | None = None
+        self._behind = self.config.write_mode == "behind"
+        self._ledger: Ledger | None = None
 
     @property
     def migrations(self) -> tuple[Migration, ...]:
         """Every schema migration `setup` applies."""
-        return CORE_MIGRATIONS
+        return CORE_MIGRATIONS + LEDGER_MIGRATIONS
+
+    @property
+    def ledger(self) -> Ledger:
+        """The tool-call ledger: records of every `durable_tool` call made with this saver."""
+        if self._ledger is None:
+            with self._lock:
+                if self._ledger is None:
+                    self._ledger = Ledger(self)
+        return self._ledger
 
     # ------------------------------------------------------------------ drivers
 
@@ -99,7 +114,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._sync is None:
             with self._lock:
                 if self._sync is None:
-                    tiers = sync.Tiers(self.config)
+                    tiers = sync.Tiers(self.config, self._ctx.latencies)
                     tiers.open()
                     self._sync = tiers
         return self._sync
@@ -108,7 +123,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         loop = asyncio.get_running_loop()
         tiers = self._aio.get(loop)
         if tiers is None:
-            tiers = aio.Tiers(self.config)
+            tiers = aio.Tiers(self.config, self._ctx.latencies)
             await tiers.open()
             self._aio[loop] = tiers
         return tiers
@@ -135,21 +150,68 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async twin of `setup`."""
         await self._arun(migrate.setup(self.config.schema, self.migrations))
 
+    def _start_flusher(self) -> None:
+        with self._lock:
+            if self._flusher is None:
+                self._flusher = BackgroundFlusher(self)
+                self._flusher.start()
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Block until every write acknowledged before the call is in Postgres.
+
+        A no-op in write-through mode. Returns how many journal entries this call moved.
+
+        Raises:
+            TierUnavailableError: Redis or Postgres cannot be reached.
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        if not self._behind:
+            return 0
+        return self._run(journal.flush(self._ctx, timeout))
+
+    async def aflush(self, timeout: float | None = None) -> int:
+        """Async twin of `flush`."""
+        if not self._behind:
+            return 0
+        return await self._arun(journal.flush(self._ctx, timeout))
+
+    def health(self) -> dict[str, Any]:
+        """Tier reachability, breaker state, flush backlog and lag, latency percentiles."""
+        return self._health(self._run(ops.health(self._ctx)))
+
+    async def ahealth(self) -> dict[str, Any]:
+        """Async twin of `health`."""
+        return self._health(await self._arun(ops.health(self._ctx)))
+
+    def _health(self, report: dict[str, Any]) -> dict[str, Any]:
+        report["flush"]["flusher_failures"] = self._flusher.failures if self._flusher else 0
+        return report
+
     def close(self) -> None:
-        """Close the blocking clients (and forget every event loop's clients)."""
-        self._closed = True
+        """Stop the flusher after a final drain, then close the blocking clients."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.stop()
+            try:
+                self.flush(timeout=seconds(self.config.pool_timeout))
+            except (TierUnavailableError, TimeoutError) as exc:
+                logger.warning("close: acknowledged writes left in Redis for a later "
+                               "flusher: %s", exc)
+        if self._ledger is not None:
+            self._ledger.close()
         with self._lock:
             tiers, self._sync = self._sync, None
         if tiers is not None:
             tiers.close()
 
     async def aclose(self) -> None:
-        """Close the current event loop's clients (and the blocking ones)."""
+        """Close the current event loop's clients (and the blocking ones, after the
+        flusher's final drain)."""
         loop = asyncio.get_running_loop()
         tiers = self._aio.pop(loop, None)
         if tiers is not None:
             await tiers.close()
-        if self._sync is not None:
+        if self._sync is not None or self._flusher is not None:
             await asyncio.to_thread(self.close)
 
     def __enter__(self) -> DurableSaver:
@@ -231,30 +293,39 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Store a checkpoint and the channel versions it introduces."""
+        if self._behind and self._flusher is None:
+            self._start_flusher()
         return self._run(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         """Async twin of `put`."""
+        if self._behind and self._flusher is None:
+            self._start_flusher()
         return await self._arun(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
         """Store a task's pending writes (special channels replace, others first-write-wins)."""
+        if self._behind and self._flusher is None:
+            self._start_flusher()
         self._run(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
         """Async twin of `put_writes`."""
+        if self._behind and self._flusher is None:
+            self._start_flusher()
         await self._arun(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread's checkpoints, blobs and writes from both tiers."""
-        self._run(ops.delete_threads(self._ctx, [thread_id]))
+    def delete_thread(self, thread_id: str, *, keep_ledger: bool = False) -> None:
+        """Delete a thread's checkpoints, blobs and writes from both tiers, and its tool
+        ledger records unless ``keep_ledger``."""
+        self._run(ops.delete_threads(self._ctx, [thread_id], keep_ledger=keep_ledger))
 
-    async def adelete_thread(self, thread_id: str) -> None:
+    async def adelete_thread(self, thread_id: str, *, keep_ledger: bool = False) -> None:
         """Async twin of `delete_thread`."""
-        await self._arun(ops.delete_threads(self._ctx, [thread_id]))
+        await self._arun(ops.delete_threads(self._ctx, [thread_id], keep_ledger=keep_ledger))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) that the given runs created."""

@@ -65,7 +65,7 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     drop_schema(schema)
 
 
-@pytest.fixture(params=["through"])
+@pytest.fixture(params=["through", "behind"])
 def write_mode(request: pytest.FixtureRequest) -> str:
     """Every saver test runs in each write mode."""
     return str(request.param)

@@ -25,8 +25,10 @@ def _seed(saver: DurableSaver) -> dict[str, Any]:
     version = saver.get_next_version(None, None)
     checkpoint["channel_values"] = {"notes": ["a", "b"]}
     checkpoint["channel_versions"] = {"notes": version}
-    return saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, checkpoint,
-                     {"source": "input", "step": -1}, {"notes": version})
+    config = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+                       checkpoint, {"source": "input", "step": -1}, {"notes": version})
+    saver.flush()  # write-behind: both tiers hold it from here on
+    return config
 
 
 def _hot_blob_field(saver: DurableSaver, thread: str) -> tuple[redis.Redis, str, bytes]:

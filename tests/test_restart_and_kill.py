@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from langgraph_durable import DurableSaver
@@ -53,6 +54,7 @@ def test_new_saver_with_redis_emptied_resumes_every_thread(saver: DurableSaver) 
         restarted.close()
 
 
+@pytest.mark.parametrize("write_mode", ["through"])  # the write-through protocol
 def test_writer_that_died_after_commit_never_leaves_redis_stale(saver: DurableSaver) -> None:
     """A put whose process died between the Postgres commit and the Redis update is seen
     at once (from Postgres) and re-warmed into Redis once the writer's deadline passed."""

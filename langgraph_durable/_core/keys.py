@@ -8,7 +8,9 @@ no id can close the hash tag, add a separator, or collide with another id's keys
     <prefix>:{<b64 thread>}:i:<b64 ns>         ZSET  checkpoint ids (score 0, ordered by id)
     <prefix>:{<b64 thread>}:b:<b64 ns>         HASH  blobs: "<channel>\\0<version>" -> frame
     <prefix>:{<b64 thread>}:c:<b64 ns>:<id>    HASH  one checkpoint: c, m, p, bk, w:<idx>:<task>
-    <prefix>:journal:<n>                       STREAM write-behind flush journal, shard n
+    <prefix>:{<b64 thread>}:u                  HASH  write-behind: "<b64 ns>:<id>" -> entries
+                                                     of that checkpoint not yet in Postgres
+    <prefix>:journal                           STREAM write-behind flush journal
 
 A checkpoint id is the last component, after a base64 namespace that holds no ``:``, so it
 can be used verbatim.
@@ -65,12 +67,13 @@ def parse_write_field(field: str) -> tuple[str, int]:
 class ThreadKeys:
     """The key names of one thread."""
 
-    __slots__ = ("base", "intents", "registry")
+    __slots__ = ("base", "intents", "registry", "unflushed")
 
     def __init__(self, prefix: str, thread_id: str) -> None:
         self.base = f"{prefix}:{{{b64(thread_id)}}}"
         self.registry = f"{self.base}:k"
         self.intents = f"{self.base}:in"
+        self.unflushed = f"{self.base}:u"
 
     def index(self, ns: str) -> str:
         return f"{self.base}:i:{b64(ns)}"
@@ -84,11 +87,12 @@ class ThreadKeys:
     def checkpoint(self, ns: str, checkpoint_id: str) -> str:
         return f"{self.base}:c:{b64(ns)}:{checkpoint_id}"
 
-    def namespace_of_index(self, key: str | bytes) -> str:
-        text = key.decode() if isinstance(key, bytes) else key
-        return unb64(text[len(self.base) + 3 :])
+    @staticmethod
+    def unflushed_member(ns: str, checkpoint_id: str) -> str:
+        """Member of the unflushed hash; also the checkpoint key's suffix after ``:c:``."""
+        return f"{b64(ns)}:{checkpoint_id}"
 
 
-def journal_key(prefix: str, shard: int) -> str:
-    """Key of one shard of the write-behind flush journal."""
-    return f"{prefix}:journal:{{j{shard}}}"
+def journal_key(prefix: str) -> str:
+    """Key of the write-behind flush journal (a Redis Stream)."""
+    return f"{prefix}:journal"

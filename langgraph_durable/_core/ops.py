@@ -29,8 +29,18 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
+from langgraph_durable._core import journal
 from langgraph_durable._core.codec import FrameError, decode_frame, loads_metadata
-from langgraph_durable._core.keys import ThreadKeys, blob_field, parse_write_field, write_field
+from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
+from langgraph_durable._core.keys import (
+    ThreadKeys,
+    blob_field,
+    journal_key,
+    parse_write_field,
+    unb64,
+    write_field,
+)
+from langgraph_durable._core.ledger_sql import statements as ledger_statements
 from langgraph_durable._core.records import (
     Damaged,
     Location,
@@ -62,6 +72,8 @@ def _hot(ctx: Context, request: Hot) -> Op[Any]:
     try:
         result = yield request
     except TierUnavailableError as exc:
+        if exc.tier != "hot":
+            raise
         if not ctx.breaker.is_open:
             logger.warning("hot tier unavailable, serving from Postgres alone: %s", exc.__cause__)
         ctx.breaker.failure()
@@ -99,7 +111,7 @@ def recover_hot(ctx: Context) -> Op[bool]:
     try:
         for row in rows:
             keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
-            yield Hot("drop_thread", [keys.intents, keys.registry], [""])
+            yield Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [""])
     except TierUnavailableError:
         ctx.breaker.failure()
         return False
@@ -287,11 +299,51 @@ def list_checkpoints(
         "filter": json.dumps(filter) if filter else None,
         "limit": limit,
     }
+    behind = ctx.config.write_mode == "behind"
+    if behind and thread_id is None:
+        yield from journal.flush(ctx, timeout=None)  # history of every thread: drain first
     rows = (yield Cold.one(ctx.statements.list_sql, params, fetch=True))[0]
     result = []
     for row in rows:
         result.append((yield from _cold_tuple(ctx, row)))
+    if behind and thread_id is not None:
+        unflushed = yield from _unflushed(ctx, thread_id)
+        result = _merge(result, [t for t in unflushed if _matches(t, params, filter)], limit)
     return result
+
+
+def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
+    """The thread's checkpoints with entries the flusher has not moved yet, from Redis."""
+    keys = ThreadKeys(ctx.config.key_prefix, thread_id)
+    records = yield from _hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
+    out = []
+    for rec in records or []:
+        where = Location(thread_id, unb64(rec[0]), None)
+        out.append(_hot_tuple(ctx, where, [b"hit", *rec[1:]]))
+    return out
+
+
+def _matches(tup: CheckpointTuple, params: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    configurable = tup.config["configurable"]
+    cid = configurable["checkpoint_id"]
+    return (
+        params["checkpoint_ns"] in (None, configurable["checkpoint_ns"])
+        and (params["checkpoint_id"] is None or cid == params["checkpoint_id"])
+        and (params["before"] is None or cid < params["before"])
+        and all(tup.metadata.get(k) == v for k, v in (filter or {}).items())
+    )
+
+
+def _merge(cold: list[CheckpointTuple], hot: list[CheckpointTuple],
+           limit: int | None) -> list[CheckpointTuple]:
+    """Newest first; the hot copy wins (it may hold writes not flushed yet)."""
+    def key(t: CheckpointTuple) -> tuple[str, str]:
+        return t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]
+
+    merged = {key(t): t for t in cold}
+    merged.update({key(t): t for t in hot})
+    ordered = sorted(merged.values(), key=lambda t: key(t)[1], reverse=True)
+    return ordered if limit is None else ordered[:limit]
 
 
 # ------------------------------------------------------------------------------ writes
@@ -302,10 +354,16 @@ def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
     stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
     where = stored.where
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    if ctx.config.write_mode == "behind":
+        entry = yield from _hot(ctx, _put_hot(keys, stored, "", -1, journal=(
+            journal_key(ctx.config.key_prefix), pack_checkpoint_entry(stored),
+            ctx.config.max_unflushed)))
+        if entry is not None:
+            return where.config(stored.checkpoint_id)
     token = yield from _announce(ctx, keys)
     yield from _commit(ctx, token, [where.thread_id], [_put_statement(ctx, stored)])
     if token is not None:
-        yield from _hot(ctx, _put_hot(ctx, keys, stored, token, ctx.ttl_ms))
+        yield from _hot(ctx, _put_hot(keys, stored, token, ctx.ttl_ms))
     return where.config(stored.checkpoint_id)
 
 
@@ -325,19 +383,24 @@ def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
     })
 
 
-def _put_hot(ctx: Context, keys: ThreadKeys, stored: StoredCheckpoint, token: str,
-             ttl: int) -> Hot:
+Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
+
+
+def _put_hot(keys: ThreadKeys, stored: StoredCheckpoint, token: str, ttl: int,
+             journal: Journal | None = None) -> Hot:
     ns = stored.where.checkpoint_ns
-    blob_args: list[str | bytes] = []
+    hot_keys = [keys.intents, keys.index(ns), keys.blobs(ns),
+                keys.checkpoint(ns, stored.checkpoint_id), keys.registry]
+    args: list[str | bytes | int] = [
+        token, ttl, stored.checkpoint_id, stored.frame, stored.metadata,
+        stored.parent_id or "", json.dumps(stored.refs), len(stored.blobs)]
     for channel, version, frame in stored.blobs:
-        blob_args += [blob_field(channel, version), frame]
-    return Hot(
-        "put",
-        [keys.intents, keys.index(ns), keys.blobs(ns), keys.checkpoint(ns, stored.checkpoint_id),
-         keys.registry],
-        [token, ttl, stored.checkpoint_id, stored.frame, stored.metadata,
-         stored.parent_id or "", json.dumps(stored.refs), *blob_args],
-    )
+        args += [blob_field(channel, version), frame]
+    if journal is None:
+        return Hot("put", hot_keys, args)
+    key, payload, bound = journal
+    member = keys.unflushed_member(ns, stored.checkpoint_id)
+    return Hot("put_behind", [*hot_keys, key, keys.unflushed], [*args, payload, member, bound])
 
 
 def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
@@ -348,6 +411,12 @@ def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str,
     if not stored:
         return None
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    if ctx.config.write_mode == "behind":
+        entry = yield from _hot(ctx, _writes_hot(keys, where, stored, "", -1, journal=(
+            journal_key(ctx.config.key_prefix), pack_writes_entry(where, stored),
+            ctx.config.max_unflushed)))
+        if entry is not None:
+            return None
     token = yield from _announce(ctx, keys)
     yield from _commit(ctx, token, [where.thread_id], [_writes_statement(ctx, where, stored)])
     if token is not None:
@@ -374,17 +443,30 @@ def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite]) 
 
 
 def _writes_hot(keys: ThreadKeys, where: Location, stored: list[StoredWrite], token: str,
-                ttl: int) -> Hot:
+                ttl: int, journal: Journal | None = None) -> Hot:
     assert where.checkpoint_id is not None
-    args: list[str | bytes | int] = [token, ttl]
+    hot_keys = [keys.intents, keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
+                keys.registry]
+    args: list[str | bytes | int] = [token, ttl, len(stored)]
     for w in stored:
         args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
-    return Hot("put_writes",
-               [keys.intents, keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
-                keys.registry], args)
+    if journal is None:
+        return Hot("put_writes", hot_keys, args)
+    key, payload, bound = journal
+    member = keys.unflushed_member(where.checkpoint_ns, where.checkpoint_id)
+    return Hot("put_writes_behind", [*hot_keys, key, keys.unflushed],
+               [*args, payload, member, bound])
 
 
 # --------------------------------------------------------------------------- lifecycle
+
+
+def _settle(ctx: Context) -> Op[None]:
+    """Write-behind: move every journal entry to Postgres before changing whole threads,
+    so a late flush cannot bring deleted rows back."""
+    if ctx.config.write_mode == "behind":
+        yield from journal.flush(ctx, timeout=None)
+    return None
 
 
 def _mutate_threads(ctx: Context, thread_ids: Sequence[str],
@@ -399,15 +481,21 @@ def _mutate_threads(ctx: Context, thread_ids: Sequence[str],
     result: list[Any] = yield Cold((*statements, *marks))
     for keys, token in zip(keyed, tokens, strict=True):
         if token is not None:
-            yield from _hot(ctx, Hot("drop_thread", [keys.intents, keys.registry], [token]))
+            yield from _hot(ctx, Hot("drop_thread", [keys.intents, keys.registry,
+                                                     keys.unflushed], [token]))
     return result
 
 
-def delete_threads(ctx: Context, thread_ids: Sequence[str]) -> Op[None]:
+def delete_threads(ctx: Context, thread_ids: Sequence[str], *,
+                   keep_ledger: bool = False) -> Op[None]:
     ids = [locate({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
+    ledger = [] if keep_ledger else [
+        Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
     if ids:
+        yield from _settle(ctx)
         yield from _mutate_threads(ctx, ids, [
             Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
+            *ledger,
         ])
     return None
 
@@ -416,6 +504,7 @@ def delete_for_runs(ctx: Context, run_ids: Sequence[str]) -> Op[None]:
     runs = [str(r) for r in run_ids]
     if not runs:
         return None
+    yield from _settle(ctx)
     rows = (yield Cold.one(ctx.statements.threads_of_runs_sql, {"run_ids": runs},
                           fetch=True))[0]
     threads = [r["thread_id"] for r in rows]
@@ -432,8 +521,11 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
     dst = locate({"configurable": {"thread_id": target}}).thread_id
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
+    yield from _settle(ctx)
     yield from _mutate_threads(ctx, [dst], [
         Statement(ctx.statements.copy_thread_sql, {"source": src, "target": dst}),
+        Statement(ledger_statements(ctx.config.schema).copy_thread,
+                  {"source": src, "target": dst}),
     ])
     return None
 
@@ -450,6 +542,7 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     if strategy == "delete":
         yield from delete_threads(ctx, ids)
         return None
+    yield from _settle(ctx)
     rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids},
                           fetch=True))[0]
     keep = list(_keep_set(rows))
@@ -552,3 +645,29 @@ def _load_frame(ctx: Context, where: Location, frame: bytes, channel: str) -> An
 
 
 PendingWrites = list[PendingWrite]
+
+
+# ------------------------------------------------------------------------------ health
+
+
+def health(ctx: Context) -> Op[dict[str, Any]]:
+    """Reachability, breaker, flush backlog and latency of both tiers, without raising."""
+    report: dict[str, Any] = {"write_mode": ctx.config.write_mode}
+    try:
+        oldest, _, length = yield from journal.journal_state(ctx)
+        hot_ok = True
+    except TierUnavailableError:
+        oldest, length, hot_ok = "", 0, False
+    try:
+        yield Cold.one(ctx.statements.take_hot_stale_sql, {}, fetch=True)
+        cold_ok = True
+    except TierUnavailableError:
+        cold_ok = False
+    lag = max(0.0, time.time() - journal.stream_order(oldest)[0] / 1000) if oldest else 0.0
+    report["hot"] = {"reachable": hot_ok, "breaker": ctx.breaker.state(),
+                     "trips": ctx.breaker.trips, "recoveries": ctx.breaker.recoveries}
+    report["cold"] = {"reachable": cold_ok}
+    report["flush"] = {"unflushed": length, "lag_seconds": round(lag, 3),
+                       "policy": ctx.config.flush_policy}
+    report["latency_ms"] = ctx.latencies.percentiles()
+    return report

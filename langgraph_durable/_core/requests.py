@@ -7,10 +7,14 @@ drivers only execute requests, so every decision is written once.
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -20,7 +24,10 @@ from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
 
 T = TypeVar("T")
-ScriptName = Literal["get", "intent", "put", "put_writes", "warm", "drop_thread"]
+ScriptName = Literal[
+    "get", "intent", "put", "put_writes", "warm", "drop_thread", "put_behind",
+    "put_writes_behind", "flush_read", "flush_ack", "journal_state", "list_unflushed",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +58,14 @@ class Cold:
         return cls((Statement(query, params, fetch),))
 
 
-Request = Hot | Cold
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait (``time.sleep`` or ``asyncio.sleep``), e.g. between flush polls."""
+
+    seconds: float
+
+
+Request = Hot | Cold | Pause
 Op = Generator[Request, Any, T]
 
 
@@ -105,6 +119,27 @@ class Breaker:
             self._probing = False
 
 
+class Latencies:
+    """The last few thousand request latencies of each tier, for `DurableSaver.health`."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._samples: dict[str, deque[float]] = {
+            "hot": deque(maxlen=size), "cold": deque(maxlen=size)}
+
+    def record(self, tier: str, seconds: float) -> None:
+        self._samples[tier].append(seconds)
+
+    def percentiles(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for tier, samples in self._samples.items():
+            ordered = sorted(samples)
+            for name, q in (("p50", 0.5), ("p99", 0.99)):
+                out[f"{tier}_{name}"] = (
+                    round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+                    if ordered else None)
+        return out
+
+
 @dataclass(slots=True)
 class Context:
     """Everything an operation needs besides I/O."""
@@ -113,6 +148,9 @@ class Context:
     statements: Statements
     serde: SerializerProtocol
     breaker: Breaker
+    latencies: Latencies = field(default_factory=Latencies)
+    consumer: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:"
+                          f"{uuid.uuid4().hex[:8]}")
 
     @property
     def ttl_ms(self) -> int:

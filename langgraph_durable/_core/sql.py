@@ -180,6 +180,48 @@ FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(blobs)s::bytea[]) AS x(idx,
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 """
 
+# Write-behind flush: one statement per table for a whole batch, in one transaction.
+# Each takes aligned arrays, one element per row; a batch holds each key at most once.
+# %(thread_ids)s %(namespaces)s %(channels)s %(versions)s %(blobs)s
+FLUSH_BLOBS_SQL = """
+INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
+SELECT * FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[], %(channels)s::text[],
+                     %(versions)s::text[], %(blobs)s::bytea[])
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+"""
+
+# %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(parent_ids)s %(run_ids)s
+# %(checkpoints)s %(channel_versions)s %(metadata)s
+FLUSH_CHECKPOINTS_SQL = """
+INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+    parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
+SELECT x.t, x.n, x.i, x.p, x.r, x.c, x.v::jsonb, x.m::jsonb
+FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[], %(checkpoint_ids)s::text[],
+            %(parent_ids)s::text[], %(run_ids)s::text[], %(checkpoints)s::bytea[],
+            %(channel_versions)s::text[], %(metadata)s::text[]) AS x(t, n, i, p, r, c, v, m)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+    run_id = EXCLUDED.run_id,
+    checkpoint = EXCLUDED.checkpoint,
+    channel_versions = EXCLUDED.channel_versions,
+    metadata = EXCLUDED.metadata
+"""
+
+# %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(task_ids)s %(idxs)s %(channels)s
+# %(task_paths)s %(blobs)s; {conflict} is DO NOTHING (ordinary) or DO UPDATE (special)
+_FLUSH_WRITES = """
+INSERT INTO {{schema}}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+    channel, task_path, blob)
+SELECT * FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[],
+    %(checkpoint_ids)s::text[], %(task_ids)s::text[], %(idxs)s::int[], %(channels)s::text[],
+    %(task_paths)s::text[], %(blobs)s::bytea[])
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}
+"""
+FLUSH_WRITES_SQL = _FLUSH_WRITES.format(conflict="DO NOTHING")
+FLUSH_SPECIAL_WRITES_SQL = _FLUSH_WRITES.format(
+    conflict="DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, "
+    "blob = EXCLUDED.blob")
+
 # %(thread_ids)s
 DELETE_THREADS_SQL = """
 WITH w AS (DELETE FROM {schema}.lgd_writes WHERE thread_id = ANY(%(thread_ids)s)),

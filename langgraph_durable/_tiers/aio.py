@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any, TypeVar
 
 import psycopg
-import psycopg_pool
 import redis.asyncio as redis
 
-from langgraph_durable._core.requests import Cold, Hot, Op, Request
+from langgraph_durable._core.requests import Cold, Hot, Latencies, Op, Request
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -18,6 +19,7 @@ from langgraph_durable._tiers.common import (
     postgres_options,
     redis_options,
 )
+from langgraph_durable._tiers.loop_pool import LoopPool
 from langgraph_durable.config import SaverConfig
 
 T = TypeVar("T")
@@ -26,11 +28,12 @@ T = TypeVar("T")
 class Tiers:
     """Both tiers' clients for one event loop."""
 
-    def __init__(self, config: SaverConfig) -> None:
+    def __init__(self, config: SaverConfig, latencies: Latencies) -> None:
+        self.latencies = latencies
         self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
             config.redis_url, **redis_options(config)))
         self.scripts = {name: self.redis.register_script(src) for name, src in SCRIPTS.items()}
-        self.pool = psycopg_pool.AsyncConnectionPool(
+        self.pool = LoopPool(
             config.postgres_url, open=False, name="langgraph_durable", **postgres_options(config))
 
     async def open(self) -> None:
@@ -51,9 +54,16 @@ class Tiers:
             return stop.value  # type: ignore[no-any-return]
 
     async def execute(self, request: Request) -> Any:
+        started = time.perf_counter()
         if isinstance(request, Hot):
-            return await self.hot(request)
-        return await self.cold(request)
+            result = await self.hot(request)
+        elif isinstance(request, Cold):
+            result = await self.cold(request)
+        else:
+            return await asyncio.sleep(request.seconds)
+        self.latencies.record("hot" if isinstance(request, Hot) else "cold",
+                              time.perf_counter() - started)
+        return result
 
     async def hot(self, request: Hot) -> Any:
         try:

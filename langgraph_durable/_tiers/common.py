@@ -22,6 +22,12 @@ SCRIPTS = {
     "put_writes": lua.PUT_WRITES_SCRIPT,
     "warm": lua.WARM_SCRIPT,
     "drop_thread": lua.DROP_THREAD_SCRIPT,
+    "put_behind": lua.PUT_BEHIND_SCRIPT,
+    "put_writes_behind": lua.PUT_WRITES_BEHIND_SCRIPT,
+    "flush_read": lua.FLUSH_READ_SCRIPT,
+    "flush_ack": lua.FLUSH_ACK_SCRIPT,
+    "journal_state": lua.JOURNAL_STATE_SCRIPT,
+    "list_unflushed": lua.LIST_UNFLUSHED_SCRIPT,
 }
 
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
@@ -55,6 +61,7 @@ def postgres_options(config: SaverConfig) -> dict[str, Any]:
         "max_size": config.postgres_max_connections,
         "timeout": seconds(config.pool_timeout),
         "kwargs": {
+            "connect_timeout": 5,
             "autocommit": True,
             "prepare_threshold": config.prepare_threshold,
             "row_factory": dict_row,
@@ -64,6 +71,12 @@ def postgres_options(config: SaverConfig) -> dict[str, Any]:
 
 def hot_unavailable(exc: Exception) -> TierUnavailableError | None:
     """The public error for a Redis failure, or ``None`` if it is a bug to re-raise."""
+    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("BACKLOG"):
+        error = TierUnavailableError(
+            f"Postgres (cold tier) is not taking writes and {str(exc)[8:]}; "
+            "writes resume once it is back", tier="cold")
+        error.__cause__ = exc
+        return error
     if isinstance(exc, redis.exceptions.ResponseError) and not str(exc).startswith(
         _UNAVAILABLE_REPLIES
     ):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 import redis
 
-from langgraph_durable._core.requests import Cold, Hot, Op, Request
+from langgraph_durable._core.requests import Cold, Hot, Latencies, Op, Request
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -26,7 +27,8 @@ T = TypeVar("T")
 class Tiers:
     """Both tiers' clients for blocking callers (safe to share between threads)."""
 
-    def __init__(self, config: SaverConfig) -> None:
+    def __init__(self, config: SaverConfig, latencies: Latencies) -> None:
+        self.latencies = latencies
         self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
             config.redis_url, **redis_options(config)))
         self.scripts = {name: self.redis.register_script(src) for name, src in SCRIPTS.items()}
@@ -51,9 +53,16 @@ class Tiers:
             return stop.value  # type: ignore[no-any-return]
 
     def execute(self, request: Request) -> Any:
+        started = time.perf_counter()
         if isinstance(request, Hot):
-            return self.hot(request)
-        return self.cold(request)
+            result = self.hot(request)
+        elif isinstance(request, Cold):
+            result = self.cold(request)
+        else:
+            return time.sleep(request.seconds)
+        self.latencies.record("hot" if isinstance(request, Hot) else "cold",
+                              time.perf_counter() - started)
+        return result
 
     def hot(self, request: Hot) -> Any:
         try:

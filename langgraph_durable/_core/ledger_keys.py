@@ -1,0 +1,161 @@
+"""Identities of the tool-call ledger: call keys, argument fingerprints, lease owners.
+
+Also whether a lease owner provably no longer runs a call (this process and the call is
+not running here; or a process on this host that no longer exists), so a crash on the same
+host is noticed without waiting for the lease to run out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph_durable._core.keys import check_text
+from langgraph_durable.errors import ConfigurationError
+
+
+def derive_key(thread_id: str, checkpoint_ns: str, call_ref: str) -> str:
+    """The key of a call from its thread, namespace and tool call id (or task position).
+
+    Mirrored in SQL by ``COPY_THREAD_LEDGER_SQL``: parts are length-prefixed, so no id can
+    make two calls collide.
+    """
+    text = "|".join(f"{len(p.encode())}:{p}" for p in (thread_id, checkpoint_ns, call_ref))
+    return "lgd-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def explicit_key(value: object) -> str:
+    """Validate a key returned by a tool's ``key=`` function.
+
+    Raises:
+        ConfigurationError: not a non-empty string Postgres can store.
+    """
+    key = check_text(value, "idempotency key")
+    if not key:
+        raise ConfigurationError("idempotency key must not be empty")
+    return key
+
+
+def fingerprint(args: Any) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of a call's arguments."""
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=_jsonable)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat):
+        return isoformat()
+    return f"<{type(value).__qualname__}>{value!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """This process as a lease owner: ``"host:pid:uuid"``."""
+
+    host: str
+    pid: int
+    text: str
+
+
+_owner: Owner | None = None
+
+
+def process_owner() -> Owner:
+    """This process's lease-owner identity (a new one after ``fork``)."""
+    global _owner
+    pid = os.getpid()
+    if _owner is None or _owner.pid != pid:
+        host = _host_identity()
+        _owner = Owner(host, pid, f"{host}:{pid}:{uuid.uuid4().hex}")
+    return _owner
+
+
+def _host_identity() -> str:
+    """Hostname, plus the boot and pid namespace, so two containers that share a hostname
+    never take each other's pids for their own."""
+    name = socket.gethostname().replace(":", "_") or "localhost"
+    extra = ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            extra += f.read().strip()
+        extra += os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return name
+    return f"{name}~{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
+
+
+class ActiveCalls:
+    """The keys this process is running right now (to tell a live owner from a dead one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[str, int] = {}
+
+    def enter(self, key: str) -> None:
+        with self._lock:
+            self._keys[key] = self._keys.get(key, 0) + 1
+
+    def leave(self, key: str) -> None:
+        with self._lock:
+            left = self._keys.get(key, 1) - 1
+            if left:
+                self._keys[key] = left
+            else:
+                self._keys.pop(key, None)
+
+    def holds(self, key: str) -> bool:
+        with self._lock:
+            return key in self._keys
+
+
+ACTIVE = ActiveCalls()
+
+
+def owner_gone(owner: str | None, key: str) -> bool:
+    """Whether the lease owner provably no longer runs the call: it is this process and the
+    call is not running here, or a process on this host that no longer exists."""
+    me = process_owner()
+    if owner is None:
+        return True
+    host, _, rest = owner.partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != me.host or not pid_text.isdigit():
+        return False
+    if owner == me.text:
+        return not ACTIVE.holds(key)
+    pid = int(pid_text)
+    if pid == me.pid:  # an earlier process that had our pid
+        return True
+    return not _pid_alive(pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"  # a zombie is dead
+    except (OSError, IndexError):
+        return True

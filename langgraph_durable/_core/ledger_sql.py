@@ -1,0 +1,263 @@
+"""Every SQL statement of the tool-call ledger, and its migration.
+
+Templates take a ``{schema}`` placeholder (rendered once per schema with
+``psycopg.sql.Identifier`` by `statements`); parameters are named. Times come from the
+database clock (``clock_timestamp()``), never the caller's, so leases mean the same thing
+on every host.
+
+A derived key is ``"lgd-" + sha256(f"{n}:{thread}|{n}:{ns}|{n}:{ref}")[:40]`` where each
+``n`` is the UTF-8 length of the part that follows it (see `_core.ledger.derive_key`);
+`COPY_THREAD_LEDGER_SQL` recomputes it in SQL for the target thread.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from langgraph_durable._core.sql import Migration, render
+
+TABLE = "lgd_tool_calls"
+
+LEDGER_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        2,
+        "tool-call ledger",
+        """
+CREATE TABLE {schema}.lgd_tool_calls (
+    key              text PRIMARY KEY,
+    thread_id        text NOT NULL,
+    checkpoint_ns    text NOT NULL DEFAULT '',
+    call_ref         text,
+    tool_call_id     text,
+    task_id          text,
+    tool             text NOT NULL,
+    args_fingerprint text NOT NULL,
+    status           text NOT NULL
+                     CHECK (status IN ('started', 'succeeded', 'failed', 'uncertain')),
+    attempts         integer NOT NULL DEFAULT 1,
+    result           bytea,
+    error            text,
+    error_type       text,
+    retryable        boolean,
+    lease_owner      text,
+    lease_expires_at timestamptz,
+    duplicate_of     text,
+    started_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at      timestamptz
+);
+CREATE INDEX lgd_tool_calls_thread_idx ON {schema}.lgd_tool_calls (thread_id, started_at);
+CREATE INDEX lgd_tool_calls_recent_idx
+    ON {schema}.lgd_tool_calls (thread_id, tool, args_fingerprint, finished_at)
+    WHERE status = 'succeeded';
+""",
+    ),
+)
+
+# What every statement that returns records returns, in `LedgerRecord` order, plus whether
+# the lease has run out by the database's clock.
+COLUMNS = (
+    "key", "thread_id", "checkpoint_ns", "tool_call_id", "task_id", "tool", "args_fingerprint",
+    "status", "attempts", "result", "error", "error_type", "retryable", "lease_owner",
+    "lease_expires_at", "duplicate_of", "started_at", "finished_at",
+)
+_RECORD = (
+    ", ".join(COLUMNS)
+    + ", (lease_expires_at IS NOT NULL AND lease_expires_at < clock_timestamp()) AS lease_expired"
+)
+_T_RECORD = ", ".join(f"t.{c}" for c in COLUMNS) + ", false AS lease_expired"
+
+_LEASE = "clock_timestamp() + make_interval(secs => %(lease)s::float8)"
+
+# Claim a key, or read the row that holds it: one statement, one commit. ``claimed`` tells
+# our insert from a foreign row. With ``%(dup_window)s`` (seconds) set, a succeeded call of
+# the same thread, tool and arguments under another key within the window is named in
+# ``duplicate_of``. Zero rows means a concurrent claim committed after this statement's
+# snapshot: run it again.
+# %(key)s %(thread_id)s %(checkpoint_ns)s %(call_ref)s %(tool_call_id)s %(task_id)s %(tool)s
+# %(fingerprint)s %(owner)s %(lease)s %(dup_window)s
+CLAIM_SQL = (
+    """
+WITH dup AS (
+    SELECT d.key FROM {schema}.lgd_tool_calls d
+    WHERE %(dup_window)s::float8 IS NOT NULL
+      AND d.thread_id = %(thread_id)s AND d.tool = %(tool)s
+      AND d.args_fingerprint = %(fingerprint)s AND d.key <> %(key)s
+      AND d.status = 'succeeded'
+      AND d.finished_at > clock_timestamp() - make_interval(secs => %(dup_window)s::float8)
+    ORDER BY d.finished_at DESC LIMIT 1
+), ins AS (
+    INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref,
+        tool_call_id, task_id, tool, args_fingerprint, status, attempts, lease_owner,
+        lease_expires_at, duplicate_of)
+    VALUES (%(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
+        %(task_id)s, %(tool)s, %(fingerprint)s, 'started', 1, %(owner)s, """
+    + _LEASE
+    + """, (SELECT key FROM dup))
+    ON CONFLICT (key) DO NOTHING
+    RETURNING *
+)
+SELECT true AS claimed, """
+    + _RECORD
+    + """ FROM ins
+UNION ALL
+SELECT false AS claimed, """
+    + _RECORD
+    + """ FROM {schema}.lgd_tool_calls
+WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+)
+
+# %(key)s
+GET_SQL = "SELECT " + _RECORD + " FROM {schema}.lgd_tool_calls WHERE key = %(key)s"
+
+# %(thread_id)s
+LIST_SQL = (
+    "SELECT " + _RECORD + " FROM {schema}.lgd_tool_calls WHERE thread_id = %(thread_id)s"
+    " ORDER BY started_at, key"
+)
+
+# %(thread_id)s (NULL: every thread)
+COUNT_SQL = """
+SELECT status, count(*) AS n FROM {schema}.lgd_tool_calls
+WHERE %(thread_id)s::text IS NULL OR thread_id = %(thread_id)s
+GROUP BY status
+"""
+
+# started -> uncertain, fenced by attempt and owner; unless %(force)s (the owner is provably
+# dead), only once the lease ran out. %(key)s %(attempts)s %(lease_owner)s %(force)s
+MARK_UNCERTAIN_SQL = (
+    """
+UPDATE {schema}.lgd_tool_calls SET status = 'uncertain'
+WHERE key = %(key)s AND status = 'started' AND attempts = %(attempts)s
+  AND lease_owner IS NOT DISTINCT FROM %(lease_owner)s
+  AND (%(force)s OR lease_expires_at < clock_timestamp())
+RETURNING """
+    + _RECORD
+)
+
+# failed (retryable) or uncertain -> started by a new attempt under our lease.
+# %(key)s %(from_status)s %(attempts)s %(owner)s %(lease)s
+RECLAIM_SQL = (
+    """
+UPDATE {schema}.lgd_tool_calls SET status = 'started', attempts = attempts + 1,
+    lease_owner = %(owner)s, lease_expires_at = """
+    + _LEASE
+    + """,
+    result = NULL, error = NULL, error_type = NULL, retryable = NULL, finished_at = NULL
+WHERE key = %(key)s AND status = %(from_status)s AND attempts = %(attempts)s
+RETURNING """
+    + _RECORD
+)
+
+# Our attempt's outcome. Fenced by attempt and owner: a late outcome still settles a row a
+# peer only marked uncertain, never one a newer attempt took over.
+# %(key)s %(attempts)s %(owner)s %(status)s %(result)s %(error)s %(error_type)s %(retryable)s
+FINISH_SQL = """
+UPDATE {schema}.lgd_tool_calls SET status = %(status)s, result = %(result)s,
+    error = %(error)s, error_type = %(error_type)s, retryable = %(retryable)s,
+    finished_at = clock_timestamp(), lease_expires_at = NULL
+WHERE key = %(key)s AND attempts = %(attempts)s AND lease_owner = %(owner)s
+  AND status IN ('started', 'uncertain')
+RETURNING key
+"""
+
+# A fresh claim that replays the probable duplicate it was flagged with (never ran: 0
+# attempts). %(key)s %(owner)s %(duplicate_of)s
+REPLAY_DUPLICATE_SQL = (
+    """
+UPDATE {schema}.lgd_tool_calls t SET status = 'succeeded', attempts = 0, result = d.result,
+    finished_at = clock_timestamp(), lease_expires_at = NULL
+FROM {schema}.lgd_tool_calls d
+WHERE t.key = %(key)s AND t.status = 'started' AND t.attempts = 1
+  AND t.lease_owner = %(owner)s AND d.key = %(duplicate_of)s AND d.status = 'succeeded'
+  AND d.result IS NOT NULL
+RETURNING """
+    + _T_RECORD
+)
+
+# Settle an uncertain call (verify, a human, an operator), or a started one whose lease ran
+# out. %(key)s %(attempts)s (NULL: any) %(status)s %(result)s %(error)s %(error_type)s
+# %(retryable)s
+RESOLVE_SQL = (
+    """
+UPDATE {schema}.lgd_tool_calls SET status = %(status)s, result = %(result)s,
+    error = %(error)s, error_type = %(error_type)s, retryable = %(retryable)s,
+    finished_at = clock_timestamp(), lease_expires_at = NULL
+WHERE key = %(key)s AND (%(attempts)s::int IS NULL OR attempts = %(attempts)s)
+  AND (status = 'uncertain' OR (status = 'started' AND lease_expires_at < clock_timestamp()))
+RETURNING """
+    + _RECORD
+)
+
+# Extend the leases of our running calls. %(owner)s %(keys)s %(attempts)s %(leases)s
+HEARTBEAT_SQL = """
+UPDATE {schema}.lgd_tool_calls t
+SET lease_expires_at = clock_timestamp() + make_interval(secs => x.lease)
+FROM unnest(%(keys)s::text[], %(attempts)s::int[], %(leases)s::float8[])
+     AS x(key, attempts, lease)
+WHERE t.key = x.key AND t.attempts = x.attempts AND t.lease_owner = %(owner)s
+  AND t.status = 'started'
+RETURNING t.key
+"""
+
+# Retention follows the thread (added to `ops.delete_threads`). %(thread_ids)s
+DELETE_THREADS_LEDGER_SQL = """
+DELETE FROM {schema}.lgd_tool_calls WHERE thread_id = ANY(%(thread_ids)s)
+"""
+
+# `ops.copy_thread`: derived keys are recomputed for the target; explicit keys are global
+# and stay with the source. %(source)s %(target)s
+COPY_THREAD_LEDGER_SQL = """
+INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, tool_call_id,
+    task_id, tool, args_fingerprint, status, attempts, result, error, error_type, retryable,
+    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at)
+SELECT 'lgd-' || left(encode(sha256(convert_to(
+           octet_length(%(target)s)::text || ':' || %(target)s || '|'
+           || octet_length(checkpoint_ns)::text || ':' || checkpoint_ns || '|'
+           || octet_length(call_ref)::text || ':' || call_ref, 'UTF8')), 'hex'), 40),
+       %(target)s, checkpoint_ns, call_ref, tool_call_id, task_id, tool, args_fingerprint,
+       status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
+       duplicate_of, started_at, finished_at
+FROM {schema}.lgd_tool_calls WHERE thread_id = %(source)s AND call_ref IS NOT NULL
+ON CONFLICT (key) DO NOTHING
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStatements:
+    """The ledger's statements rendered for one schema."""
+
+    claim: sql.Composed
+    get: sql.Composed
+    list: sql.Composed
+    count: sql.Composed
+    mark_uncertain: sql.Composed
+    reclaim: sql.Composed
+    finish: sql.Composed
+    replay_duplicate: sql.Composed
+    resolve: sql.Composed
+    heartbeat: sql.Composed
+    delete_threads: sql.Composed
+    copy_thread: sql.Composed
+
+
+@functools.lru_cache(maxsize=64)
+def statements(schema: str) -> LedgerStatements:
+    """Every ledger statement rendered for ``schema`` (cached)."""
+    return LedgerStatements(
+        claim=render(CLAIM_SQL, schema),
+        get=render(GET_SQL, schema),
+        list=render(LIST_SQL, schema),
+        count=render(COUNT_SQL, schema),
+        mark_uncertain=render(MARK_UNCERTAIN_SQL, schema),
+        reclaim=render(RECLAIM_SQL, schema),
+        finish=render(FINISH_SQL, schema),
+        replay_duplicate=render(REPLAY_DUPLICATE_SQL, schema),
+        resolve=render(RESOLVE_SQL, schema),
+        heartbeat=render(HEARTBEAT_SQL, schema),
+        delete_threads=render(DELETE_THREADS_LEDGER_SQL, schema),
+        copy_thread=render(COPY_THREAD_LEDGER_SQL, schema),
+    )

@@ -1,0 +1,65 @@
+"""A connection pool for one event loop that runs nothing in the background.
+
+psycopg_pool's `AsyncConnectionPool` keeps worker tasks on the loop that opened it. A
+saver outlives event loops (a script that calls ``asyncio.run`` twice, a notebook, pytest's
+loop per test), and a loop that ends while such a worker is connecting can hang in its
+shutdown. This pool connects in the caller's task, keeps idle connections in a list, and
+bounds concurrency with a semaphore: when its loop ends there is no task to cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.pq import TransactionStatus
+
+
+class LoopPool:
+    """The subset of `psycopg_pool.AsyncConnectionPool` the async driver uses."""
+
+    def __init__(self, conninfo: str, *, min_size: int, max_size: int, timeout: float,
+                 kwargs: dict[str, Any], open: bool = False, name: str | None = None) -> None:
+        self.conninfo = conninfo
+        self.timeout = timeout
+        self.kwargs = kwargs
+        self.name = name
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._slots = asyncio.Semaphore(max_size)
+
+    async def open(self, wait: bool = False) -> None:
+        """Nothing to start: connections are made on demand."""
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """Lend a connection; a broken one or one left in a transaction is discarded.
+
+        Raises:
+            psycopg_pool.PoolTimeout: no slot came free within ``timeout``.
+        """
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.timeout)
+        except TimeoutError as exc:
+            raise psycopg_pool.PoolTimeout(
+                f"no connection free in {self.timeout:.1f} s (pool {self.name!r})") from exc
+        try:
+            conn = self._idle.pop() if self._idle else await psycopg.AsyncConnection.connect(
+                self.conninfo, **self.kwargs)
+            try:
+                yield conn
+            finally:
+                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+                    self._idle.append(conn)
+                else:
+                    await conn.close()
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()

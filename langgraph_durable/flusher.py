@@ -1,0 +1,113 @@
+"""Write-behind flushers: a background thread inside each saver, and a standalone worker.
+
+The in-process flusher is a thread for sync and async callers alike: event loops come and
+go (``asyncio.run`` twice in a script), and a task would die with its loop and leave
+acknowledged writes behind until another flusher ran. Several flushers, in one process or
+many, share the journal through a Redis consumer group, so none double-applies an entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from langgraph_durable._core import journal
+from langgraph_durable.config import seconds
+from langgraph_durable.errors import TierUnavailableError
+
+if TYPE_CHECKING:
+    from langgraph_durable.saver import DurableSaver
+
+logger = logging.getLogger("langgraph_durable")
+
+
+def drain(saver: DurableSaver) -> int:
+    """Move batches to Postgres until the journal has nothing this flusher may take."""
+    moved = 0
+    while True:
+        n = saver._run(journal.flush_batch(saver._ctx))
+        moved += n
+        if n == 0:
+            return moved
+
+
+class BackgroundFlusher:
+    """Drains the journal every ``flush_interval`` on a daemon thread until stopped."""
+
+    def __init__(self, saver: DurableSaver) -> None:
+        self._saver = saver
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="langgraph-durable-flusher",
+                                        daemon=True)
+        self.failures = 0
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        interval = seconds(self._saver.config.flush_interval)
+        while not self._stop.is_set():
+            try:
+                drain(self._saver)
+            except TierUnavailableError as exc:
+                self.failures += 1
+                self.last_error = str(exc)
+                if self.failures == 1 or self.failures % 100 == 0:
+                    logger.warning("flusher: %s; acknowledged writes wait in Redis", exc)
+                self._stop.wait(min(5.0, interval * 2 ** min(self.failures, 5)))
+                continue
+            except Exception:
+                self.failures += 1
+                logger.exception("flusher: unexpected error; retrying")
+            else:
+                self.failures = 0
+            self._stop.wait(interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
+
+
+def run_flusher(saver: DurableSaver, *, follow: bool = False,
+                stop: threading.Event | None = None) -> int:
+    """Standalone worker (``python -m langgraph_durable flush [--follow]``).
+
+    Drains the journal and returns; with ``follow``, keeps draining every
+    ``flush_interval`` until SIGINT/SIGTERM or ``stop`` is set. Returns entries moved.
+    """
+    stop = stop or threading.Event()
+    if follow and threading.current_thread() is threading.main_thread():
+
+        def _handler(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _handler)
+        signal.signal(signal.SIGINT, _handler)
+    moved = drain(saver)
+    interval = seconds(saver.config.flush_interval)
+    while follow and not stop.is_set():
+        try:
+            moved += drain(saver)
+        except TierUnavailableError as exc:
+            logger.warning("flusher: %s", exc)
+            stop.wait(1.0)
+            continue
+        stop.wait(interval)
+    return moved
+
+
+def wait_until_flushed(saver: DurableSaver, timeout: float) -> bool:
+    """Poll until the journal is empty (another flusher may be draining it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, _, length = saver._run(journal.journal_state(saver._ctx))
+        if length == 0:
+            return True
+        time.sleep(0.01)
+    return False
