@@ -1,0 +1,1 @@
+"""Checkpointer benchmarks: ``python -m benchmarks.run`` (see ``benchmarks/README.md``)."""

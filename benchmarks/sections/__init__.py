@@ -1,0 +1,1 @@
+"""One module per report section; each exposes ``run(ctx) -> list[Table]``."""

@@ -1,0 +1,152 @@
+"""Ledger: what ``durable_tool`` adds to a tool call inside ``ToolNode``.
+
+Three variants run in the same one-node graph (START → ToolNode → END, on an
+``InMemorySaver`` so the graph's own checkpointing is cheap and identical for all):
+the plain ``@tool``, the same function wrapped by ``durable_tool`` on a new call id
+(claim → run → record), and a replay of a call id recorded before the measurement, which
+must return the recorded result without running the function again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from benchmarks.context import Context
+from benchmarks.report import NOTE, SAVER, Column, Row, Table, error_row
+from benchmarks.savers import SaverSpec, namespace
+from benchmarks.sections._common import latency_row
+from benchmarks.timing import describe, round_robin, timed_ns
+
+SECTION = "ledger"
+PLAIN, TRACKED, REPLAY = "plain", "tracked", "replay"
+
+log = logging.getLogger(__name__)
+
+DurableTool = Callable[..., Callable[[Callable[..., Any]], BaseTool]]
+
+
+def _load_durable_tool() -> DurableTool:
+    module = importlib.import_module("langgraph_durable")
+    durable_tool: DurableTool | None = getattr(module, "durable_tool", None)
+    if durable_tool is None:
+        raise ImportError("langgraph_durable has no durable_tool")
+    return durable_tool
+
+
+def _lookup_order(calls: list[str]) -> Callable[[str], str]:
+    """A tool function that records each real execution in ``calls``."""
+
+    def lookup_order(order_id: str) -> str:
+        """Look up the shipping status of an order."""
+        calls.append(order_id)
+        return f"order {order_id}: shipped"
+
+    return lookup_order
+
+
+def _graph(tool_: BaseTool) -> Any:
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([tool_]))
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def _probe(graph: Any, tool_name: str, prefix: str) -> Callable[[int], int]:
+    """Round ``r`` makes tool call ``prefix-r`` in thread ``prefix-r``; returns its ns."""
+
+    def probe(round_: int) -> int:
+        key = f"{prefix}-{round_}"
+        call = {"name": tool_name, "args": {"order_id": key}, "id": key, "type": "tool_call"}
+        message = AIMessage(content="", tool_calls=[call])
+        config = {"configurable": {"thread_id": key}}
+        return timed_ns(lambda: graph.invoke({"messages": [message]}, config))
+
+    return probe
+
+
+def _measure(ctx: Context, spec: SaverSpec, durable_tool: DurableTool) -> list[Row]:
+    profile = ctx.profile
+    plain_calls: list[str] = []
+    tracked_calls: list[str] = []
+    plain = tool(_lookup_order(plain_calls))
+    ns = namespace(ctx.settings, spec, SECTION)
+    spec.provision(ns)
+    rounds = profile.ledger_rounds + profile.ledger_warmup
+    with spec.open(ns) as saver:
+        tracked = durable_tool(saver=saver)(_lookup_order(tracked_calls))
+        tracked_graph = _graph(tracked)
+        replay = _probe(tracked_graph, tracked.name, REPLAY)
+        for round_ in range(rounds):  # record the calls that the replay variant repeats
+            replay(round_)
+        series = round_robin(
+            {
+                PLAIN: _probe(_graph(plain), plain.name, PLAIN),
+                TRACKED: _probe(tracked_graph, tracked.name, TRACKED),
+                REPLAY: replay,
+            },
+            rounds=profile.ledger_rounds,
+            warmup=profile.ledger_warmup,
+        )
+    rows = [latency_row(spec.name, entry, variant=variant) for variant, entry in series.items()]
+    base = rows[0].get("p50")
+    for row in rows:
+        p50 = row.get("p50")
+        if isinstance(p50, float) and isinstance(base, float):
+            row["overhead_p50"] = p50 - base
+    completed = all(entry.error is None for entry in series.values())
+    if completed and len(tracked_calls) != 2 * rounds:  # seeded calls + tracked rounds
+        rows[-1][NOTE] = (
+            f"the wrapped function ran {len(tracked_calls)} times for {2 * rounds} distinct "
+            f"calls and {rounds} replays of recorded ones"
+        )
+    return rows
+
+
+def run(ctx: Context) -> list[Table]:
+    """Measure each selected saver that has a ledger, or say why it cannot be measured."""
+    table = Table(
+        SECTION,
+        "Ledger: durable_tool overhead per tool call (graph with one ToolNode)",
+        (
+            SAVER,
+            Column("variant", "variant"),
+            Column("p50", "p50 µs", "us"),
+            Column("p95", "p95 µs", "us"),
+            Column("overhead_p50", "overhead p50 µs", "us"),
+            Column("n", "n", "int"),
+        ),
+        notes=[
+            "One graph START → ToolNode → END on an InMemorySaver (identical for all variants). "
+            "plain: `@tool`; tracked: the same function through `durable_tool(saver=...)`, a new "
+            "tool_call_id per call; replay: a tool_call_id recorded before measuring, which must "
+            "return the recorded result without running the function. overhead = p50 - plain p50."
+        ],
+    )
+    specs = [spec for spec in ctx.specs if spec.has_ledger]
+    if not specs:
+        table.rows.append(
+            {"saver": "durable_tool", NOTE: "not run: no saver with a ledger selected"}
+        )
+        return [table]
+    try:
+        durable_tool = _load_durable_tool()
+    except ImportError as exc:
+        table.rows.append({"saver": "durable_tool", NOTE: f"not available ({describe(exc)})"})
+        return [table]
+    for spec in specs:
+        log.info("%s: %s", SECTION, spec.name)
+        try:
+            table.rows.extend(_measure(ctx, spec, durable_tool))
+        except Exception as exc:
+            table.rows.append(error_row(spec.name, describe(exc)))
+    return [table]
