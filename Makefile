@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(PY) -m ruff check langgraph_durable tests benchmarks
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

@@ -51,7 +51,7 @@ class BackgroundFlusher:
 
     def _loop(self) -> None:
         interval = seconds(self._saver.config.flush_interval)
-        while not self._stop.is_set():
+        while not self._stop.wait(interval):
             try:
                 drain(self._saver)
             except TierUnavailableError as exc:
@@ -60,13 +60,11 @@ class BackgroundFlusher:
                 if self.failures == 1 or self.failures % 100 == 0:
                     logger.warning("flusher: %s; acknowledged writes wait in Redis", exc)
                 self._stop.wait(min(5.0, interval * 2 ** min(self.failures, 5)))
-                continue
             except Exception:
                 self.failures += 1
                 logger.exception("flusher: unexpected error; retrying")
             else:
                 self.failures = 0
-            self._stop.wait(interval)
 
     def stop(self) -> None:
         self._stop.set()

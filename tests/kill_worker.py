@@ -52,6 +52,7 @@ def main() -> None:
     thread_id, schema, prefix, write_mode, steps = sys.argv[1:6]
     saver = ReportingSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
                            write_mode=write_mode)  # type: ignore[arg-type]
+    saver.setup()
     graph = build(saver, int(steps))
     graph.invoke({"count": 0, "trail": []},
                  {"configurable": {"thread_id": thread_id}, "recursion_limit": 10_000},

@@ -103,24 +103,29 @@ def _commit(ctx: Context, token: str | None, thread_ids: Sequence[str],
 
 
 def recover_hot(ctx: Context) -> Op[bool]:
-    """Drop the hot copy of every thread written while Redis was bypassed; close the breaker.
+    """Probe Redis after an outage; before trusting it again, drop the hot copy of every
+    thread written while it was bypassed (Redis may have come back with older data).
 
-    Returns whether the hot tier is usable again.
+    Returns whether the hot tier is usable again; on failure the breaker stays open.
     """
-    rows: list[Any] = (yield Cold.one(ctx.statements.take_hot_stale_sql, {}, fetch=True))[0]
     try:
-        for row in rows:
-            keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
-            yield Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [""])
-    except TierUnavailableError:
+        yield Hot("journal_state", [journal_key(ctx.config.key_prefix)], [])
+        dropped = 0
+        while rows := (yield Cold.one(ctx.statements.take_hot_stale_sql, {}, fetch=True))[0]:
+            for row in rows:
+                keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
+                yield Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [""])
+            yield Cold.one(ctx.statements.clear_hot_stale_sql, {
+                "thread_ids": [r["thread_id"] for r in rows],
+                "before": max(r["at"] for r in rows),
+            })
+            dropped += len(rows)
+    except TierUnavailableError as exc:
+        logger.debug("hot tier still unavailable: %s", exc)
         ctx.breaker.failure()
         return False
-    if rows:
-        yield Cold.one(ctx.statements.clear_hot_stale_sql, {
-            "thread_ids": [r["thread_id"] for r in rows],
-            "before": max(r["at"] for r in rows),
-        })
-        logger.info("hot tier back: dropped the hot copy of %d stale threads", len(rows))
+    logger.warning("hot tier back; dropped the hot copy of %d threads written while it "
+                   "was unavailable", dropped)
     ctx.breaker.recovered()
     return True
 
@@ -566,7 +571,7 @@ def _keep_set(rows: list[dict[str, Any]]) -> Iterator[tuple[str, str, str]]:
         latest = checkpoints[max(checkpoints)]
         yield thread_id, ns, latest["checkpoint_id"]
         delta_channels = set((latest["counters"] or {}).keys())
-        current = latest
+        current: dict[str, Any] | None = latest
         # Walk up until every delta channel found its stored value (its seed).
         while delta_channels and current is not None:
             delta_channels -= set(current["stored_channels"] or [])

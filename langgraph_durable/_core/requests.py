@@ -41,7 +41,7 @@ class Hot:
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    query: sql.Composed
+    query: sql.Composable
     params: Mapping[str, Any]
     fetch: bool = False
 
@@ -54,7 +54,7 @@ class Cold:
     statements: tuple[Statement, ...]
 
     @classmethod
-    def one(cls, query: sql.Composed, params: Mapping[str, Any], fetch: bool = False) -> Cold:
+    def one(cls, query: sql.Composable, params: Mapping[str, Any], fetch: bool = False) -> Cold:
         return cls((Statement(query, params, fetch),))
 
 

@@ -394,7 +394,7 @@ WHERE thread_id = ANY(%(thread_ids)s) AND at <= %(before)s
 
 def render(template: str, schema: str) -> sql.Composed:
     """Render a template for ``schema`` (quoted as an identifier)."""
-    return sql.SQL(template).format(schema=sql.Identifier(schema))  # type: ignore[arg-type]
+    return sql.SQL(template).format(schema=sql.Identifier(schema))
 
 
 class Statements:

@@ -79,8 +79,9 @@ class Tiers:
                 async with conn.transaction():
                     return [await self._execute(conn, s) for s in request.statements]
         except psycopg.OperationalError as exc:
-            if retry and conn_was_broken(exc):  # a pooled connection died; one fresh try
-                return self.cold(request, retry=False)
+            if retry and conn_was_broken(exc):  # pooled connections died: drop them, retry
+                await self.pool.check()
+                return await self.cold(request, retry=False)
             raise cold_unavailable(exc) from exc
         except COLD_ERRORS as exc:
             raise cold_unavailable(exc) from exc

@@ -59,6 +59,10 @@ class LoopPool:
         finally:
             self._slots.release()
 
+    async def check(self) -> None:
+        """Drop every idle connection (called after one was found broken)."""
+        await self.close()
+
     async def close(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:

@@ -78,7 +78,8 @@ class Tiers:
                 with conn.transaction():
                     return [self._execute(conn, s) for s in request.statements]
         except psycopg.OperationalError as exc:
-            if retry and conn_was_broken(exc):  # a pooled connection died; one fresh try
+            if retry and conn_was_broken(exc):  # pooled connections died: drop them, retry
+                self.pool.check()
                 return self.cold(request, retry=False)
             raise cold_unavailable(exc) from exc
         except COLD_ERRORS as exc:

@@ -1,0 +1,154 @@
+"""Real faults for tests: a private redis-server the test stops and restarts, and a TCP
+proxy in front of Postgres that the test can cut (existing connections die, new ones are
+refused) and restore."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server of the test's own, on its own port and directory."""
+
+    def __init__(self, workdir: Path, *, appendonly: str | None = None) -> None:
+        self.port = free_port()
+        self.dir = workdir
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.binary = shutil.which("redis-server") or "redis-server"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")]
+        if self.appendonly:
+            args += ["--appendonly", "yes", "--appendfsync", self.appendonly]
+        else:
+            args += ["--appendonly", "no"]
+        self.proc = subprocess.Popen(args)
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, whatever the AOF policy had not written is gone."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+            self.proc = None
+
+
+@contextlib.contextmanager
+def private_redis(workdir: Path, *, appendonly: str | None = None) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(workdir, appendonly=appendonly)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+class Proxy:
+    """Forwards 127.0.0.1:<port> to a target; `cut()` drops every connection and refuses
+    new ones until `restore()`."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        assert self._listener is not None
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._listener], [], [], 0.05)
+            if not ready:
+                continue
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                continue
+            with self._lock:
+                self._pairs.append((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for s in pair:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def restore(self) -> None:
+        self.start()
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"

@@ -1,0 +1,160 @@
+"""Degradation with real faults: a private Redis that dies and comes back, and a Postgres
+behind a proxy the test cuts. The table in docs/failure-model.md is what these check."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_durable import DurableSaver, TierUnavailableError
+from tests.conftest import POSTGRES_URL
+from tests.faults import Proxy, private_redis
+from tests.graphs import chat_graph
+
+
+def _saver(namespace: tuple[str, str], write_mode: str, redis_url: str,
+           postgres_url: str = POSTGRES_URL, **options: Any) -> DurableSaver:
+    schema, prefix = namespace
+    saver = DurableSaver(redis_url, postgres_url, schema=schema, key_prefix=prefix,
+                         write_mode=write_mode, breaker_cooldown=0.1,  # type: ignore[arg-type]
+                         pool_timeout=2, **options)
+    saver.setup()
+    return saver
+
+
+def _put(saver: DurableSaver, config: dict[str, Any], value: str) -> dict[str, Any]:
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": value}
+    checkpoint["channel_versions"] = {"value": version}
+    return saver.put({"configurable": {**config["configurable"], "checkpoint_ns": ""}},
+                     checkpoint, {"source": "loop", "step": 0}, {"value": version})
+
+
+def _value(saver: DurableSaver, thread: str) -> Any:
+    tup = saver.get_tuple({"configurable": {"thread_id": thread}})
+    return tup.checkpoint["channel_values"]["value"] if tup else None
+
+
+def test_redis_down_serves_from_postgres_and_recovers(
+    namespace: tuple[str, str], write_mode: str, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis dies: graphs keep running on Postgres alone, health says so; Redis returns:
+    the breaker closes and the hot tier serves again."""
+    with private_redis(tmp_path) as server:
+        saver = _saver(namespace, write_mode, server.url)
+        graph = chat_graph(saver)
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+        graph.invoke({"messages": [("user", "before")]}, config)
+        saver.flush()
+        server.kill()
+        with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
+            out = graph.invoke({"messages": [("user", "during")]}, config)
+        assert len(out["messages"]) == 8
+        assert any("hot tier unavailable" in r.message for r in caplog.records)
+        health = saver.health()
+        assert health["hot"]["breaker"] == "open" and health["hot"]["trips"] >= 1
+        assert health["cold"]["reachable"]
+
+        server.start()
+        time.sleep(0.15)
+        out = graph.invoke({"messages": [("user", "after")]}, config)
+        assert [m.content for m in out["messages"]][-4:] == ["after", "plan #9", "act #10",
+                                                             "finish #11"]
+        health = saver.health()
+        assert health["hot"]["breaker"] == "closed" and health["hot"]["recoveries"] >= 1
+        saver.close()
+
+
+def test_redis_back_with_old_data_is_not_trusted(
+    namespace: tuple[str, str], write_mode: str, tmp_path: Path
+) -> None:
+    """Redis restarts from its AOF holding an older state than Postgres (writes went to
+    Postgres while it was down): the old hot copy is dropped before Redis is used again."""
+    with private_redis(tmp_path, appendonly="always") as server:
+        saver = _saver(namespace, write_mode, server.url)
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+        _put(saver, config, "old")
+        saver.flush()
+        server.stop()  # clean shutdown: the AOF keeps "old"
+        _put(saver, config, "new")  # bypasses Redis, marks the thread stale in Postgres
+        assert _value(saver, config["configurable"]["thread_id"]) == "new"
+        server.start()
+        other = _saver(namespace, write_mode, server.url)  # never saw the outage
+        time.sleep(0.15)
+        assert _value(saver, config["configurable"]["thread_id"]) == "new"  # recovers first
+        assert _value(other, config["configurable"]["thread_id"]) == "new"
+        saver.close()
+        other.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    p = Proxy("127.0.0.1", 5432)
+    p.start()
+    yield p
+    p.cut()
+
+
+def _cold_ids(schema: str, thread: str) -> set[str]:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        rows = conn.execute(f'SELECT checkpoint_id FROM "{schema}".lgd_checkpoints '
+                            "WHERE thread_id = %s", (thread,)).fetchall()
+    return {r[0] for r in rows}
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_postgres_down_write_behind_accepts_up_to_bound_then_drains(
+    namespace: tuple[str, str], write_mode: str, proxy: Proxy
+) -> None:
+    """Postgres unreachable: write-behind keeps acknowledging writes up to max_unflushed,
+    then raises TierUnavailableError; once Postgres is back, everything acknowledged drains."""
+    from tests.conftest import REDIS_URL
+
+    saver = _saver(namespace, write_mode, REDIS_URL, proxy.url("test"), max_unflushed=20,
+                   flush_interval=0.05)
+    thread = f"t-{uuid.uuid4()}"
+    config = {"configurable": {"thread_id": thread}}
+    proxy.cut()
+    acked = []
+    with pytest.raises(TierUnavailableError) as info:
+        for i in range(100):
+            acked.append(_put(saver, config, f"v{i}")["configurable"]["checkpoint_id"])
+    assert info.value.tier == "cold" and "20 entries" in str(info.value)
+    assert len(acked) == 20
+    assert _value(saver, thread) == "v19"  # served from Redis meanwhile
+    proxy.restore()
+    saver.flush(timeout=30)
+    assert _cold_ids(namespace[0], thread) == set(acked)
+    saver.close()
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_postgres_down_write_through_raises_and_leaves_no_partial_state(
+    namespace: tuple[str, str], write_mode: str, proxy: Proxy
+) -> None:
+    """Postgres unreachable: a write-through put raises TierUnavailableError and neither
+    tier shows it, then or after Postgres returns."""
+    from tests.conftest import REDIS_URL
+
+    saver = _saver(namespace, write_mode, REDIS_URL, proxy.url("test"))
+    thread = f"t-{uuid.uuid4()}"
+    config = {"configurable": {"thread_id": thread}}
+    first = _put(saver, config, "committed")
+    proxy.cut()
+    with pytest.raises(TierUnavailableError) as info:
+        _put(saver, config, "lost")
+    assert info.value.tier == "cold"
+    proxy.restore()
+    assert _value(saver, thread) == "committed"
+    assert _cold_ids(namespace[0], thread) == {first["configurable"]["checkpoint_id"]}
+    saver.close()

@@ -1,0 +1,155 @@
+"""Write-behind: acknowledged in Redis, drained to Postgres by flushers, never lost."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from langgraph_durable import DurableSaver
+from langgraph_durable._core import journal
+from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable.flusher import run_flusher
+from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.graphs import chat_graph
+
+pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
+
+IDLE = 3600.0  # a flush interval that keeps the in-process flusher from draining
+
+
+def _cold_count(saver: DurableSaver, thread: str) -> int:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{saver.config.schema}".lgd_checkpoints '
+                           "WHERE thread_id = %s", (thread,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _run(saver: DurableSaver, turns: int = 2) -> dict[str, Any]:
+    config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+    graph = chat_graph(saver)
+    for i in range(turns):
+        graph.invoke({"messages": [("user", f"turn {i}")]}, config)
+    return config
+
+
+def test_flush_moves_every_acknowledged_checkpoint(make_saver: Any) -> None:
+    """Before flush nothing need be in Postgres; after it, every checkpoint is."""
+    saver = make_saver(flush_interval=IDLE)
+    config = _run(saver)
+    thread = config["configurable"]["thread_id"]
+    assert _cold_count(saver, thread) == 0
+    assert saver.health()["flush"]["unflushed"] > 0
+    saver.flush()
+    assert _cold_count(saver, thread) == 10  # 5 checkpoints a turn
+    assert saver.health()["flush"]["unflushed"] == 0
+
+
+def test_background_flusher_drains_within_its_interval(make_saver: Any) -> None:
+    """With the default policy the in-process flusher empties the journal on its own."""
+    saver = make_saver(flush_interval=0.05)
+    config = _run(saver)
+    from langgraph_durable.flusher import wait_until_flushed
+
+    assert wait_until_flushed(saver, timeout=10)
+    assert _cold_count(saver, config["configurable"]["thread_id"]) == 10
+
+
+def test_other_process_reads_unflushed_state(make_saver: Any) -> None:
+    """A second saver object (another pool, as another process has) reads the writes
+    that are still only in Redis, and lists them in order merged with Postgres."""
+    saver = make_saver(flush_interval=IDLE)
+    config = _run(saver, turns=1)
+    saver.flush()
+    graph = chat_graph(saver)
+    graph.invoke({"messages": [("user", "unflushed turn")]}, config)
+    other = make_saver(flush_interval=IDLE)
+    state = chat_graph(other).get_state(config)
+    assert state.values["messages"][-1].content == "finish #7"
+    history = list(other.list(config))
+    ids = [t.checkpoint["id"] for t in history]
+    assert len(ids) == 10 and ids == sorted(ids, reverse=True)
+    assert [t.checkpoint["id"] for t in other.list(config, limit=3)] == ids[:3]
+    before = history[2].config
+    assert [t.checkpoint["id"] for t in other.list(config, before=before)] == ids[3:]
+    assert [t.metadata["step"] for t in other.list(config, filter={"source": "input"})] == [
+        t.metadata["step"] for t in history if t.metadata["source"] == "input"]
+
+
+def test_unflushed_keys_never_expire(make_saver: Any) -> None:
+    """Hot keys of unflushed writes have no TTL; once flushed they get hot_ttl back."""
+    saver = make_saver(flush_interval=IDLE, hot_ttl=60)
+    config = _run(saver, turns=1)
+    keys = ThreadKeys(saver.config.key_prefix, config["configurable"]["thread_id"])
+    client = redis.Redis.from_url(REDIS_URL)
+    members = client.smembers(keys.registry)
+    assert members and all(client.pttl(k) == -1 for k in members)
+    saver.get_tuple(config)  # a read must not add a TTL either
+    assert all(client.pttl(k) == -1 for k in members)
+    saver.flush()
+    assert all(0 < client.pttl(k) <= 60_000 for k in members)
+    assert client.exists(keys.unflushed) == 0
+    client.close()
+
+
+def test_latest_policy_keeps_newest_checkpoint_per_batch(make_saver: Any) -> None:
+    """'latest' writes only each thread's newest checkpoint of a batch, and it is whole."""
+    saver = make_saver(flush_interval=IDLE, flush_policy="latest")
+    config = _run(saver, turns=2)
+    saver.flush()
+    assert _cold_count(saver, config["configurable"]["thread_id"]) == 1
+    cold_reader = DurableSaver(REDIS_URL, POSTGRES_URL, schema=saver.config.schema,
+                               key_prefix=f"{saver.config.key_prefix}-cold")
+    try:
+        tup = cold_reader.get_tuple(config)
+        assert tup is not None
+        assert [m.content for m in tup.checkpoint["channel_values"]["messages"]][-1] == (
+            "finish #7")
+    finally:
+        cold_reader.close()
+
+
+def test_concurrent_flushers_lose_nothing(make_saver: Any) -> None:
+    """Three savers' flushers and a standalone worker drain one journal together."""
+    savers = [make_saver(flush_interval=0.01) for _ in range(3)]
+    stop = threading.Event()
+    worker = threading.Thread(target=run_flusher, args=(savers[0],),
+                              kwargs={"follow": True, "stop": stop})
+    worker.start()
+    configs = []
+    threads = [threading.Thread(target=lambda s=s: configs.extend(
+        _run(s, turns=3) for _ in range(4))) for s in savers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    savers[1].flush()
+    stop.set()
+    worker.join()
+    assert len(configs) == 12
+    for config in configs:
+        assert _cold_count(savers[0], config["configurable"]["thread_id"]) == 15
+    client = redis.Redis.from_url(REDIS_URL)
+    assert client.xlen(journal_key(savers[0].config.key_prefix)) == 0
+    client.close()
+
+
+def test_dead_flushers_batch_is_reclaimed(make_saver: Any) -> None:
+    """A flusher that took a batch and died before committing: another takes it over."""
+    saver = make_saver(flush_interval=IDLE, reclaim_after=0.2)
+    config = _run(saver, turns=1)
+    dead = make_saver(flush_interval=IDLE)
+    op = journal.flush_batch(dead._ctx)
+    taken = dead._tiers().execute(next(op))  # the read: entries now pending for `dead`
+    assert taken
+    op.close()  # ... and the process is gone before its transaction
+    import time
+
+    time.sleep(0.3)
+    saver.flush(timeout=10)
+    assert _cold_count(saver, config["configurable"]["thread_id"]) == 5
