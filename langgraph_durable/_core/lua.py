@@ -26,7 +26,9 @@ end
 # may have committed in Postgres and not reached Redis yet, so the caller reads Postgres.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] registry
 # ARGV[1] checkpoint key prefix  ARGV[2] checkpoint id or ""  ARGV[3] ttl ms (0: none)
-# returns {"busy"} | {"miss"} | {"hit", id, field, value, ..., "\0blobs", field, frame, ...}
+# ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
+# returns {"busy"} | {"miss"} | {"same", id} (the caller's copy is current)
+#       | {"hit", id, field, value, ..., "\0blobs", field, frame, ...}
 GET_SCRIPT = _PRELUDE + """
 local function record(key, id)
   local h = redis.call('HGETALL', key)
@@ -56,9 +58,14 @@ if id == '' then
   if #last == 0 then return {'miss'} end
   id = last[1]
 end
-local out = record(ARGV[1] .. id, id)
-if out == nil then return {'miss'} end
 local ttl = tonumber(ARGV[3])
+local out
+if id == ARGV[4] and ARGV[5] ~= '' and redis.call('HGET', ARGV[1] .. id, 'v') == ARGV[5] then
+  out = {'same', id}
+else
+  out = record(ARGV[1] .. id, id)
+  if out == nil then return {'miss'} end
+end
 refresh(ARGV[1] .. id, ttl)
 for i = 2, 4 do refresh(KEYS[i], ttl) end
 return out
@@ -77,10 +84,12 @@ return 1
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
 # ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata json  ARGV[6] parent id or ""
 # ARGV[7] blob refs (json array of fields)  ARGV[8] n  ARGV[9 .. 8+2n] blob field, frame
+# ARGV[#ARGV] a new version token "v" (decoded copies holding another one are stale)
 _PUT_BODY = """
 local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[8])
-redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7])
+redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7],
+           'v', ARGV[#ARGV])
 redis.call('ZADD', KEYS[2], 0, ARGV[3])
 if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 9, 8 + 2 * n)) end
 redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
@@ -122,6 +131,7 @@ PUT_BEHIND_SCRIPT = (
 # KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)  ARGV[3] n
 # ARGV[4 .. 3+3n] field, value, mode ("r": replace, "n": first write wins)
+# ARGV[#ARGV] a new version token "v"
 _PUT_WRITES_BODY = """
 local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -129,6 +139,7 @@ for i = 4, 3 + 3 * n, 3 do
   if ARGV[i + 2] == 'r' then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
 end
+redis.call('HSET', KEYS[2], 'v', ARGV[#ARGV])
 redis.call('SADD', KEYS[3], KEYS[2])
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 settle(KEYS[2], ttl)
@@ -154,7 +165,7 @@ PUT_WRITES_BEHIND_SCRIPT = (
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata
 # ARGV[6] parent  ARGV[7] blob refs  ARGV[8] number of blob pairs n
-# ARGV[9 .. 8+2n] blob field, frame  ARGV[9+2n ..] write field, value
+# ARGV[9 .. 8+2n] blob field, frame  ARGV[9+2n ..] write field, value (and "v", token)
 # returns 1 if warmed, 0 if a live writer holds the thread
 WARM_SCRIPT = _PRELUDE + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])

@@ -54,7 +54,7 @@ from langgraph_durable._core.records import (
     pack_write,
     unpack_write,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement
+from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement, new_version
 from langgraph_durable.errors import ConfigurationError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
@@ -226,20 +226,37 @@ def _hot_parts(reply: list[Any]) -> dict[str, Any]:
 
 
 def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
-    """Redis first (one round trip, with pending writes); Postgres on a miss, then warm."""
+    """Redis first (one round trip, with pending writes); Postgres on a miss, then warm.
+
+    A decoded copy of each tuple read from Redis is kept in process; Redis answers "same"
+    when the caller's copy is still current, so a hot read skips transfer and decoding.
+    """
     where = locate(config)
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     ns = where.checkpoint_ns
+    held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
     reply = yield from _hot(ctx, Hot(
         "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-        [keys.checkpoint_prefix(ns), where.checkpoint_id or "", ctx.ttl_ms],
+        [keys.checkpoint_prefix(ns), where.checkpoint_id or "", ctx.ttl_ms, held_id,
+         held_version],
     ))
+    if reply is not None and reply[0] == b"same":
+        cached: CheckpointTuple | None = ctx.cache.load(
+            where.thread_id, ns, reply[1].decode(), held_version)
+        if cached is not None:
+            return cached
+        reply = yield from _hot(ctx, Hot(
+            "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+            [keys.checkpoint_prefix(ns), reply[1].decode(), ctx.ttl_ms, "", ""]))
     if reply is not None and reply[0] == b"hit":
         try:
-            return _hot_tuple(ctx, where, reply)
+            tup = _hot_tuple(ctx, where, reply)
         except Damaged as damage:
             logger.warning("damaged hot copy of thread %r (%s); reading Postgres",
                            where.thread_id, damage)
+        else:
+            ctx.cache.store(where.thread_id, ns, reply[1].decode(), _field(reply, b"v"), tup)
+            return tup
     if where.checkpoint_id is None:
         query, params = ctx.statements.get_latest_sql, {"thread_id": where.thread_id,
                                                         "checkpoint_ns": ns}
@@ -256,6 +273,16 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     return tup
 
 
+def _field(reply: list[Any], name: bytes) -> str:
+    """A field of a GET reply's checkpoint hash ("" if absent)."""
+    i = 2
+    while reply[i] != b"\x00blobs":
+        if reply[i] == name:
+            return str(reply[i + 1].decode())
+        i += 2
+    return ""
+
+
 def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
     ns = row["checkpoint_ns"]
     blobs, writes = _row_parts(row)
@@ -265,7 +292,7 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
         field = blob_field(channel, version)
         refs.append(field)
         blob_args += [field, frame]
-    write_args: list[str | bytes] = []
+    write_args: list[str | bytes] = ["v", new_version()]
     for w in writes:
         write_args += [write_field(w.task_id, w.idx), pack_write(w)]
     yield from _hot(ctx, Hot(
@@ -402,10 +429,11 @@ def _put_hot(keys: ThreadKeys, stored: StoredCheckpoint, token: str, ttl: int,
     for channel, version, frame in stored.blobs:
         args += [blob_field(channel, version), frame]
     if journal is None:
-        return Hot("put", hot_keys, args)
+        return Hot("put", hot_keys, [*args, new_version()])
     key, payload, bound = journal
     member = keys.unflushed_member(ns, stored.checkpoint_id)
-    return Hot("put_behind", [*hot_keys, key, keys.unflushed], [*args, payload, member, bound])
+    return Hot("put_behind", [*hot_keys, key, keys.unflushed],
+               [*args, payload, member, bound, new_version()])
 
 
 def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
@@ -456,11 +484,11 @@ def _writes_hot(keys: ThreadKeys, where: Location, stored: list[StoredWrite], to
     for w in stored:
         args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
     if journal is None:
-        return Hot("put_writes", hot_keys, args)
+        return Hot("put_writes", hot_keys, [*args, new_version()])
     key, payload, bound = journal
     member = keys.unflushed_member(where.checkpoint_ns, where.checkpoint_id)
     return Hot("put_writes_behind", [*hot_keys, key, keys.unflushed],
-               [*args, payload, member, bound])
+               [*args, payload, member, bound, new_version()])
 
 
 # --------------------------------------------------------------------------- lifecycle

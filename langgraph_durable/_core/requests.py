@@ -8,11 +8,12 @@ drivers only execute requests, so every decision is written once.
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -140,6 +141,61 @@ class Latencies:
         return out
 
 
+def new_version() -> str:
+    """A fresh version token for a checkpoint's hot copy."""
+    return uuid.uuid4().hex[:16]
+
+
+class TupleCache:
+    """Decoded checkpoint tuples this process read from Redis, keyed by version token.
+
+    Each entry is kept pickled, and every hit unpickles a fresh copy, so no caller can
+    mutate an object the cache holds. Redis decides whether an entry is current (the GET
+    script compares the checkpoint's version token), so the cache is never stale.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str, str], tuple[str, bytes]] = OrderedDict()
+        self._latest: dict[tuple[str, str], str] = {}
+        self.hits = 0
+
+    def held(self, thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, str]:
+        """``(checkpoint id, version)`` of the copy held for a read, or ``("", "")``."""
+        with self._lock:
+            cid = checkpoint_id or self._latest.get((thread_id, ns), "")
+            entry = self._entries.get((thread_id, ns, cid))
+        return (cid, entry[0]) if entry else ("", "")
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str, version: str) -> Any:
+        with self._lock:
+            entry = self._entries.get((thread_id, ns, checkpoint_id))
+            if entry is None or entry[0] != version:
+                return None
+            self._entries.move_to_end((thread_id, ns, checkpoint_id))
+            self.hits += 1
+        return pickle.loads(entry[1])
+
+    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str,
+              value: Any) -> None:
+        if not version:
+            return
+        try:
+            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # a value pickle cannot copy is simply not cached
+            return
+        with self._lock:
+            key = (thread_id, ns, checkpoint_id)
+            self._entries[key] = (version, data)
+            self._entries.move_to_end(key)
+            if checkpoint_id > self._latest.get((thread_id, ns), ""):
+                self._latest[(thread_id, ns)] = checkpoint_id
+            while len(self._entries) > self.size:
+                (t, n, _), _ = self._entries.popitem(last=False)
+                self._latest.pop((t, n), None)
+
+
 @dataclass(slots=True)
 class Context:
     """Everything an operation needs besides I/O."""
@@ -149,6 +205,7 @@ class Context:
     serde: SerializerProtocol
     breaker: Breaker
     latencies: Latencies = field(default_factory=Latencies)
+    cache: TupleCache = field(default_factory=TupleCache)
     consumer: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:"
                           f"{uuid.uuid4().hex[:8]}")
 
