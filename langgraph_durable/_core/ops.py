@@ -334,7 +334,10 @@ def list_checkpoints(
     behind = ctx.config.write_mode == "behind"
     if behind and thread_id is None:
         yield from journal.flush(ctx, timeout=None)  # history of every thread: drain first
-    rows = (yield Cold.one(ctx.statements.list_sql, params, fetch=True))[0]
+    present = frozenset(k for k, v in params.items() if v is not None and k != "limit")
+    query = ctx.statements.list_sql(present, limit is not None)
+    rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None},
+                          fetch=True))[0]
     result = []
     for row in rows:
         result.append((yield from _cold_tuple(ctx, row)))

@@ -123,17 +123,30 @@ GET_BY_ID_SQL = (
   AND c.checkpoint_id = %(checkpoint_id)s"""
 )
 
-# Every filter is optional: a NULL parameter disables it. %(limit)s NULL means no limit.
-LIST_SQL = (
-    _SELECT_TUPLES
-    + """WHERE (%(thread_id)s::text IS NULL OR c.thread_id = %(thread_id)s)
-  AND (%(checkpoint_ns)s::text IS NULL OR c.checkpoint_ns = %(checkpoint_ns)s)
-  AND (%(checkpoint_id)s::text IS NULL OR c.checkpoint_id = %(checkpoint_id)s)
-  AND (%(before)s::text IS NULL OR c.checkpoint_id < %(before)s)
-  AND (%(filter)s::jsonb IS NULL OR c.metadata @> %(filter)s::jsonb)
-ORDER BY c.checkpoint_id DESC
-LIMIT %(limit)s"""
-)
+# list(): only the conditions a call needs are rendered, so the planner always sees plain
+# index conditions (an "x IS NULL OR" form defeats the primary key under generic plans).
+# Rendered for a thread's history:
+#   <_SELECT_TUPLES> WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+#   AND c.checkpoint_id < %(before)s ORDER BY c.checkpoint_id DESC LIMIT %(limit)s
+LIST_CONDITIONS = {
+    "thread_id": "c.thread_id = %(thread_id)s",
+    "checkpoint_ns": "c.checkpoint_ns = %(checkpoint_ns)s",
+    "checkpoint_id": "c.checkpoint_id = %(checkpoint_id)s",
+    "before": "c.checkpoint_id < %(before)s",
+    "filter": "c.metadata @> %(filter)s::jsonb",
+}
+
+
+def list_template(present: frozenset[str], limited: bool) -> str:
+    """The list query for the parameters that are set (keys of `LIST_CONDITIONS`)."""
+    where = [cond for name, cond in LIST_CONDITIONS.items() if name in present]
+    return (
+        _SELECT_TUPLES
+        + ("WHERE " + " AND ".join(where) + "\n" if where else "")
+        + "ORDER BY c.checkpoint_id DESC"
+        + (" LIMIT %(limit)s" if limited else "")
+    )
+
 
 # A checkpoint and its new blobs in one statement (one round trip, one transaction).
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s
@@ -405,6 +418,15 @@ class Statements:
         for name, value in globals().items():
             if name.endswith("_SQL") and isinstance(value, str):
                 setattr(self, name.lower(), render(value, schema))
+
+        self._lists: dict[tuple[frozenset[str], bool], sql.Composed] = {}
+
+    def list_sql(self, present: frozenset[str], limited: bool) -> sql.Composed:
+        """`list_template` rendered for this schema (memoized)."""
+        key = (present, limited)
+        if key not in self._lists:
+            self._lists[key] = render(list_template(present, limited), self.schema)
+        return self._lists[key]
 
     def __getattr__(self, name: str) -> sql.Composed:  # only for the type checker
         raise AttributeError(name)
