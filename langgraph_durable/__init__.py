@@ -1,5 +1,6 @@
 """langgraph-durable: LangGraph agents that survive crashes, restarts and long pauses."""
 
+from langgraph_durable._core.ledger import LedgerRecord
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -14,14 +15,19 @@ from langgraph_durable.errors import (
     ToolCallInProgressError,
     ToolOutcomeUncertainError,
 )
+from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
+from langgraph_durable.tools import DurableTool, current_idempotency_key, durable_tool
 
 __all__ = [
     "ConfigurationError",
     "CorruptStateError",
     "DurableError",
     "DurableSaver",
+    "DurableTool",
     "IdempotencyConflictError",
+    "Ledger",
+    "LedgerRecord",
     "SaverConfig",
     "SchemaVersionError",
     "SerializationError",
@@ -30,4 +36,6 @@ __all__ = [
     "ToolCallError",
     "ToolCallInProgressError",
     "ToolOutcomeUncertainError",
+    "current_idempotency_key",
+    "durable_tool",
 ]

@@ -123,9 +123,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
         loop = asyncio.get_running_loop()
         tiers = self._aio.get(loop)
         if tiers is None:
-            tiers = aio.Tiers(self.config, self._ctx.latencies)
-            await tiers.open()
-            self._aio[loop] = tiers
+            fresh = aio.Tiers(self.config, self._ctx.latencies)
+            await fresh.open()
+            tiers = self._aio.setdefault(loop, fresh)  # two first calls may race here
+            if tiers is not fresh:
+                await fresh.close()
         return tiers
 
     def _run(self, op: Op[T]) -> T:

@@ -76,16 +76,20 @@ class Owner:
 
 
 _owner: Owner | None = None
+_owner_lock = threading.Lock()
 
 
 def process_owner() -> Owner:
-    """This process's lease-owner identity (a new one after ``fork``)."""
+    """This process's lease-owner identity: one per process (a new one after ``fork``)."""
     global _owner
-    pid = os.getpid()
-    if _owner is None or _owner.pid != pid:
-        host = _host_identity()
-        _owner = Owner(host, pid, f"{host}:{pid}:{uuid.uuid4().hex}")
-    return _owner
+    owner, pid = _owner, os.getpid()
+    if owner is not None and owner.pid == pid:
+        return owner
+    with _owner_lock:
+        if _owner is None or _owner.pid != pid:
+            host = _host_identity()
+            _owner = Owner(host, pid, f"{host}:{pid}:{uuid.uuid4().hex}")
+        return _owner
 
 
 def _host_identity() -> str:
@@ -103,7 +107,8 @@ def _host_identity() -> str:
 
 
 class ActiveCalls:
-    """The keys this process is running right now (to tell a live owner from a dead one)."""
+    """The keys this process is handling right now, from before the claim until after the
+    outcome, counted per caller (to tell a live owner in this process from a dead one)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -121,17 +126,18 @@ class ActiveCalls:
             else:
                 self._keys.pop(key, None)
 
-    def holds(self, key: str) -> bool:
+    def count(self, key: str) -> int:
         with self._lock:
-            return key in self._keys
+            return self._keys.get(key, 0)
 
 
 ACTIVE = ActiveCalls()
 
 
 def owner_gone(owner: str | None, key: str) -> bool:
-    """Whether the lease owner provably no longer runs the call: it is this process and the
-    call is not running here, or a process on this host that no longer exists."""
+    """Whether the lease owner provably no longer runs the call: it is this process and no
+    caller but the asking one (registered in `ACTIVE`) handles the key, or a process on this
+    host that no longer exists."""
     me = process_owner()
     if owner is None:
         return True
@@ -140,7 +146,7 @@ def owner_gone(owner: str | None, key: str) -> bool:
     if host != me.host or not pid_text.isdigit():
         return False
     if owner == me.text:
-        return not ACTIVE.holds(key)
+        return ACTIVE.count(key) <= 1
     pid = int(pid_text)
     if pid == me.pid:  # an earlier process that had our pid
         return True

@@ -1,0 +1,469 @@
+"""`durable_tool`: LangChain tools whose side effects happen at most once per call.
+
+Each call is claimed in the saver's tool ledger (Postgres) before the tool runs and its
+outcome recorded after, so a resumed graph replays a finished call instead of repeating
+it, and a call interrupted by a crash is reported as uncertain and settled by the tool's
+policy. The protocol is `_core.ledger.call`; this module answers its requests, once for
+blocking and once for asyncio callers (`_drive` / `_adrive`, line-by-line mirrors).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+from langchain_core.messages import ToolMessage
+from langchain_core.messages.tool import ToolOutputMixin
+from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.tools import BaseTool
+from langchain_core.tools import tool as as_tool
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command, interrupt
+from pydantic import PrivateAttr, ValidationError
+
+from langgraph_durable._core import ledger as core
+from langgraph_durable._core.keys import check_text
+from langgraph_durable._core.ledger_keys import (
+    ACTIVE,
+    derive_key,
+    explicit_key,
+    fingerprint,
+    process_owner,
+)
+from langgraph_durable._core.requests import Op, Request
+from langgraph_durable.config import seconds
+from langgraph_durable.errors import ConfigurationError, ToolCallError
+
+if TYPE_CHECKING:
+    from langgraph_durable.saver import DurableSaver
+
+logger = logging.getLogger("langgraph_durable")
+
+# LangGraph's per-task config keys (private names, stable since langgraph 0.2).
+_TASK_ID = "__pregel_task_id"
+_SCRATCHPAD = "__pregel_scratchpad"
+
+_CURRENT_KEY: ContextVar[str | None] = ContextVar("langgraph_durable_tool_key", default=None)
+_POSITIONS: ContextVar[tuple[object, Iterator[int]] | None] = ContextVar(
+    "langgraph_durable_tool_positions", default=None)
+
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+Verifier = Callable[[str, Any], Any]
+
+
+def current_idempotency_key() -> str:
+    """The idempotency key of the durable tool call running now: pass it downstream (an
+    ``Idempotency-Key`` header, a unique column) so a retry with the same key is absorbed.
+
+    Raises:
+        ToolCallError: called outside a `durable_tool` call.
+    """
+    key = _CURRENT_KEY.get()
+    if key is None:
+        raise ToolCallError("current_idempotency_key() is only available inside a durable_tool")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    saver: DurableSaver | None
+    policy: core.Policy
+    verify: Verifier | None
+    key: Callable[[Any], str] | None
+    retry_on: RetryOn
+
+    def retryable(self, error: BaseException) -> bool:
+        if isinstance(self.retry_on, (type, tuple)):
+            return isinstance(error, self.retry_on)
+        return bool(self.retry_on(error))
+
+
+class DurableTool(BaseTool):
+    """A tool whose calls go through the saver's tool ledger (made by `durable_tool`).
+
+    It has the wrapped tool's name, description and schemas, so models, ``ToolNode`` and
+    ``create_react_agent`` see the same tool; ``ToolRuntime``, state and store injection
+    work as for the wrapped tool.
+    """
+
+    inner: BaseTool
+    _options: _Options = PrivateAttr()
+
+    def __init__(self, inner: BaseTool, options: _Options) -> None:
+        super().__init__(
+            name=inner.name, description=inner.description, args_schema=inner.args_schema,
+            return_direct=inner.return_direct, response_format=inner.response_format,
+            inner=inner,
+        )
+        self._options = options
+
+    # ------------------------------------------------------------ what ToolNode inspects
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.inner.get_input_schema(config)
+
+    @property
+    def tool_call_schema(self) -> Any:
+        return self.inner.tool_call_schema
+
+    @property
+    def func(self) -> Callable[..., Any] | None:
+        return getattr(self.inner, "func", None)
+
+    @property
+    def coroutine(self) -> Callable[..., Awaitable[Any]] | None:
+        return getattr(self.inner, "coroutine", None)
+
+    # -------------------------------------------------------------------------- calling
+
+    def run(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """Run the call through the ledger (``invoke`` lands here): claim it, run the wrapped
+        tool, record the outcome — or return the recorded result of a finished call.
+
+        Raises:
+            IdempotencyConflictError: the key was used with another tool or other arguments
+                (or, with ``on_duplicate="raise"``, a probable duplicate).
+            ToolCallInProgressError: another worker holds a live lease on the call.
+            ToolOutcomeUncertainError: the call was interrupted mid-way, nothing decided
+                its outcome, and the policy is ``"raise"``.
+            ToolCallError: a recorded failure whose exception class cannot be rebuilt.
+            CorruptStateError: the recorded result fails its checksum.
+            ConfigurationError: no `DurableSaver`, or no way to key the call.
+            TierUnavailableError: Postgres is unreachable.
+            Exception: whatever the wrapped tool raised (live or recorded).
+        """
+        saver, spec = self._call_spec(tool_input, kwargs.get("config"), kwargs.get("tool_call_id"))
+        with _handling(spec.key):
+            result = self._drive(saver, core.call(saver._ctx, spec),
+                                 lambda: self.inner.run(tool_input, *args, **kwargs))
+        return _present(result, kwargs.get("tool_call_id"), self.name)
+
+    async def arun(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """Async twin of `run` (``ainvoke`` lands here)."""
+        saver, spec = self._call_spec(tool_input, kwargs.get("config"), kwargs.get("tool_call_id"))
+        with _handling(spec.key):
+            result = await self._adrive(saver, core.call(saver._ctx, spec),
+                                        lambda: self.inner.arun(tool_input, *args, **kwargs))
+        return _present(result, kwargs.get("tool_call_id"), self.name)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("DurableTool runs through run()/invoke()")
+
+    # The two drivers answer the protocol's requests. They are line-by-line mirrors that
+    # differ only in `await` (checked by tests/test_tool_ledger.py).
+
+    def _drive(self, saver: DurableSaver, op: core.CallOp[Any],
+               invoke: Callable[[], Any]) -> Any:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                request = op.throw(error) if error is not None else op.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply, error = None, None
+            try:
+                if isinstance(request, core.Invoke):
+                    with _running(saver, request):
+                        try:
+                            reply = core.Returned(invoke())
+                        except BaseException as exc:
+                            reply = self._raised(exc)
+                elif isinstance(request, core.Verify):
+                    reply = self._verify(request)
+                elif isinstance(request, core.Ask):
+                    reply = interrupt(request.payload)
+                else:
+                    reply = saver._run(_forward(request))
+            except Exception as exc:
+                error = exc
+
+    async def _adrive(self, saver: DurableSaver, op: core.CallOp[Any],
+                      invoke: Callable[[], Awaitable[Any]]) -> Any:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                request = op.throw(error) if error is not None else op.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply, error = None, None
+            try:
+                if isinstance(request, core.Invoke):
+                    with _running(saver, request):
+                        try:
+                            reply = core.Returned(await invoke())
+                        except BaseException as exc:
+                            reply = self._raised(exc)
+                elif isinstance(request, core.Verify):
+                    reply = await self._averify(request)
+                elif isinstance(request, core.Ask):
+                    reply = interrupt(request.payload)
+                else:
+                    reply = await saver._arun(_forward(request))
+            except Exception as exc:
+                error = exc
+
+    def _raised(self, error: BaseException) -> core.Raised:
+        if isinstance(error, GraphBubbleUp):
+            return core.Raised(error, "paused")
+        if isinstance(error, ValidationError):  # bad arguments: the tool did not run
+            return core.Raised(error, "error", retryable=True)
+        if isinstance(error, Exception):
+            return core.Raised(error, "error", retryable=self._options.retryable(error))
+        return core.Raised(error, "cancelled")
+
+    def _verify(self, request: core.Verify) -> Any:
+        assert self._options.verify is not None
+        answer = self._options.verify(request.key, request.args)
+        if inspect.isawaitable(answer):
+            if inspect.iscoroutine(answer):
+                answer.close()
+            raise ConfigurationError(
+                f"verify of {self.name!r} is async: invoke the tool asynchronously")
+        return answer
+
+    async def _averify(self, request: core.Verify) -> Any:
+        assert self._options.verify is not None
+        answer = self._options.verify(request.key, request.args)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    # ------------------------------------------------------------------------ identity
+
+    def _call_spec(self, tool_input: str | dict[str, Any], config: RunnableConfig | None,
+                   tool_call_id: str | None) -> tuple[DurableSaver, core.CallSpec]:
+        """Find the saver and the call's key: explicit ``key=``; else (thread, graph
+        namespace, tool_call_id); else (thread, graph namespace, task id + position)."""
+        from langgraph_durable.saver import DurableSaver
+
+        options = self._options
+        configurable = ensure_config(config).get("configurable") or {}
+        saver = options.saver or configurable.get(CONFIG_KEY_CHECKPOINTER)
+        if not isinstance(saver, DurableSaver):
+            raise ConfigurationError(
+                f"durable tool {self.name!r} needs a DurableSaver: pass saver= to durable_tool "
+                "or compile the graph with checkpointer=DurableSaver(...)")
+        args = self._model_args(tool_input)
+        raw_thread = configurable.get("thread_id")
+        thread_id = check_text(raw_thread, "thread_id") if raw_thread is not None else ""
+        task_id = configurable.get(_TASK_ID)
+        ns = str(configurable.get("checkpoint_ns") or "")
+        if task_id and ns.endswith(f":{task_id}"):  # the task's namespace -> its graph's
+            ns = ns.rpartition("|")[0]
+        call_ref: str | None = None
+        if options.key is not None:
+            key = explicit_key(options.key(args))
+        elif raw_thread is None:
+            raise ConfigurationError(
+                f"durable tool {self.name!r} was called without a thread_id: run it in a graph "
+                "with a thread_id in the config, or give it key=")
+        else:
+            if tool_call_id:
+                call_ref = check_text(tool_call_id, "tool_call_id")
+            elif task_id:
+                call_ref = f"task:{task_id}:{_position(configurable.get(_SCRATCHPAD), task_id)}"
+            else:
+                raise ConfigurationError(
+                    f"durable tool {self.name!r} was called outside a LangGraph task and without "
+                    "a tool call id: pass a ToolCall, or give the tool key=")
+            key = derive_key(thread_id, ns, call_ref)
+        return saver, core.CallSpec(
+            key=key, thread_id=thread_id, checkpoint_ns=ns, call_ref=call_ref,
+            tool_call_id=tool_call_id, task_id=str(task_id) if task_id else None,
+            tool=self.name, args=args, fingerprint=fingerprint(args),
+            owner=process_owner().text, policy=options.policy,
+        )
+
+    def _model_args(self, tool_input: str | dict[str, Any]) -> Any:
+        """The arguments the model gave (injected state, store and runtime left out)."""
+        if not isinstance(tool_input, dict):
+            return tool_input
+        names = _arg_names(self.inner)
+        return {k: v for k, v in tool_input.items() if k in names}
+
+
+def _arg_names(tool: BaseTool) -> frozenset[str]:
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return frozenset((schema.get("properties") or {}).keys())
+    fields = getattr(schema, "model_fields", None) or getattr(schema, "__fields__", {})
+    return frozenset(fields)
+
+
+def _position(scratchpad: object, task_id: str) -> int:
+    """The call's position among key-less durable calls of the running task."""
+    owner = scratchpad if scratchpad is not None else task_id
+    current = _POSITIONS.get()
+    if current is None or current[0] is not owner:
+        current = (owner, itertools.count())
+        _POSITIONS.set(current)
+    return next(current[1])
+
+
+def _forward(request: Request) -> Op[Any]:
+    """A one-request operation, to hand a protocol step to the saver's driver."""
+    return (yield request)
+
+
+@contextmanager
+def _handling(key: str) -> Iterator[None]:
+    """Register the key as handled by this process from before its claim until after its
+    outcome, so a concurrent caller here never takes a live call for a dead one."""
+    ACTIVE.enter(key)
+    try:
+        yield
+    finally:
+        ACTIVE.leave(key)
+
+
+@contextmanager
+def _running(saver: DurableSaver, request: core.Invoke) -> Iterator[None]:
+    token = _CURRENT_KEY.set(request.key)
+    try:
+        with saver.ledger._track(request.key, request.attempt, request.lease):
+            yield
+    finally:
+        _CURRENT_KEY.reset(token)
+
+
+def _present(value: Any, tool_call_id: str | None, name: str) -> Any:
+    """Shape a live or recorded result for the current call: a recorded ``ToolMessage``
+    (or one in a ``Command``) gets this call's id; a bare value a ``ToolMessage`` of its own."""
+    if tool_call_id is None:
+        return value
+    if isinstance(value, ToolMessage):
+        if value.tool_call_id == tool_call_id:
+            return value
+        return value.model_copy(update={"tool_call_id": tool_call_id})
+    if isinstance(value, Command):
+        update = value.update
+        if isinstance(update, dict) and isinstance(update.get("messages"), list):
+            tool_messages = [m for m in update["messages"] if isinstance(m, ToolMessage)]
+            if len(tool_messages) == 1 and tool_messages[0].tool_call_id != tool_call_id:
+                messages = [_present(m, tool_call_id, name) for m in update["messages"]]
+                return Command(graph=value.graph, update={**update, "messages": messages},
+                               resume=value.resume, goto=value.goto)
+        return value
+    if isinstance(value, ToolOutputMixin) or (
+            isinstance(value, list) and value
+            and all(isinstance(v, ToolOutputMixin) for v in value)):
+        return value
+    content = value if isinstance(value, str) else json.dumps(value, default=str)
+    return ToolMessage(content, tool_call_id=tool_call_id, name=name)
+
+
+# ---------------------------------------------------------------------- the decorator
+
+
+@overload
+def durable_tool(tool: BaseTool | Callable[..., Any], /, *, saver: DurableSaver | None = ...,
+                 on_uncertain: core.OnUncertain | None = ..., idempotent: bool = ...,
+                 verify: Verifier | None = ..., lease: float | timedelta = ...,
+                 wait: float | timedelta | None = ..., key: Callable[[Any], str] | None = ...,
+                 retry_on: RetryOn = ..., on_duplicate: core.OnDuplicate = ...,
+                 duplicate_window: float | timedelta = ...) -> DurableTool: ...
+
+
+@overload
+def durable_tool(tool: None = None, /, *, saver: DurableSaver | None = ...,
+                 on_uncertain: core.OnUncertain | None = ..., idempotent: bool = ...,
+                 verify: Verifier | None = ..., lease: float | timedelta = ...,
+                 wait: float | timedelta | None = ..., key: Callable[[Any], str] | None = ...,
+                 retry_on: RetryOn = ..., on_duplicate: core.OnDuplicate = ...,
+                 duplicate_window: float | timedelta = ...,
+                 ) -> Callable[[BaseTool | Callable[..., Any]], DurableTool]: ...
+
+
+def durable_tool(
+    tool: BaseTool | Callable[..., Any] | None = None,
+    /,
+    *,
+    saver: DurableSaver | None = None,
+    on_uncertain: core.OnUncertain | None = None,
+    idempotent: bool = False,
+    verify: Verifier | None = None,
+    lease: float | timedelta = 30.0,
+    wait: float | timedelta | None = None,
+    key: Callable[[Any], str] | None = None,
+    retry_on: RetryOn = (ConnectionError, TimeoutError),
+    on_duplicate: core.OnDuplicate = "warn",
+    duplicate_window: float | timedelta = 300.0,
+) -> DurableTool | Callable[[BaseTool | Callable[..., Any]], DurableTool]:
+    """Make a tool's calls durable: each call's outcome is recorded in the tool ledger under
+    an idempotency key, and a resumed graph never repeats a finished side effect.
+
+    Use as ``@durable_tool``, ``@durable_tool(saver=..., ...)`` on a sync or async function
+    (which becomes a LangChain tool, as with ``@tool``), or ``durable_tool(existing_tool,
+    ...)`` on a `BaseTool`. The result works in ``ToolNode`` and ``create_react_agent``.
+
+    Args:
+        tool: a function or a `BaseTool`.
+        saver: the `DurableSaver` whose ledger to use (default: the graph's checkpointer).
+        on_uncertain: when a call was interrupted mid-way by a crash and ``verify`` gives no
+            verdict: ``"raise"`` `ToolOutcomeUncertainError`, ``"retry"`` with the same key,
+            or ``"interrupt"`` the graph for a human. Default ``"retry"`` if ``idempotent``,
+            else ``"raise"``.
+        idempotent: the downstream API dedupes by `current_idempotency_key`, so retrying
+            an uncertain call with the same key is safe.
+        verify: ``verify(key, args)`` asks the outside world whether an uncertain call
+            happened: ``True``/``"succeeded"``/``("succeeded", result)`` — it did;
+            ``False``/``"retry"`` — it did not, run it again; ``"failed"`` /
+            ``("failed", message)`` — record a failure; ``None`` — unknown (apply
+            ``on_uncertain``). May be async for async invocations.
+        lease: seconds a call may run without a heartbeat before others may take it over
+            (heartbeats extend it every third of it while the tool runs).
+        wait: how long a call waits for another worker's live call with the same key before
+            `ToolCallInProgressError` (default: ``lease``).
+        key: ``key(args) -> str``: an explicit key (global, not per thread), instead of the
+            thread, namespace and tool call id.
+        retry_on: exception types (or a predicate) whose failures may be retried when the
+            same call runs again (e.g. under a LangGraph ``RetryPolicy``); other failures are
+            terminal and are raised again without calling the tool.
+        on_duplicate: a new tool call id with the same thread, tool and arguments as a call
+            that succeeded within ``duplicate_window``: ``"warn"`` (log, record
+            ``duplicate_of``, run), ``"replay"`` (return that call's result), ``"raise"``
+            (`IdempotencyConflictError`) or ``"ignore"``.
+        duplicate_window: seconds within which such a call counts as a probable duplicate.
+
+    Raises:
+        ConfigurationError: an option is invalid.
+    """
+    if on_uncertain not in (None, "raise", "retry", "interrupt"):
+        raise ConfigurationError(f"on_uncertain must be 'raise', 'retry' or 'interrupt', "
+                                 f"not {on_uncertain!r}")
+    if on_duplicate not in ("warn", "raise", "replay", "ignore"):
+        raise ConfigurationError(f"on_duplicate must be 'warn', 'raise', 'replay' or 'ignore', "
+                                 f"not {on_duplicate!r}")
+    lease_s, window_s = seconds(lease), seconds(duplicate_window)
+    wait_s = lease_s if wait is None else seconds(wait)
+    if lease_s <= 0 or wait_s < 0 or window_s < 0:
+        raise ConfigurationError("lease must be positive; wait and duplicate_window not negative")
+    if not callable(retry_on) and not isinstance(retry_on, tuple):
+        raise ConfigurationError("retry_on must be exception types or a predicate")
+    options = _Options(
+        saver=saver,
+        policy=core.Policy(
+            lease=lease_s, wait=wait_s,
+            on_uncertain=on_uncertain or ("retry" if idempotent else "raise"),
+            verify=verify is not None, on_duplicate=on_duplicate,
+            duplicate_window=window_s if on_duplicate != "ignore" and window_s > 0 else None,
+        ),
+        verify=verify, key=key, retry_on=retry_on,
+    )
+
+    def wrap(target: BaseTool | Callable[..., Any]) -> DurableTool:
+        if isinstance(target, DurableTool):
+            raise ConfigurationError(f"tool {target.name!r} is already durable")
+        inner = target if isinstance(target, BaseTool) else as_tool(target)
+        return DurableTool(inner, options)
+
+    return wrap if tool is None else wrap(tool)
