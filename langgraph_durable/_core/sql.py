@@ -148,6 +148,16 @@ def list_template(present: frozenset[str], limited: bool) -> str:
     )
 
 
+# Re-putting a checkpoint (a retried write, a re-flushed batch) replaces it.
+_CHECKPOINT_CONFLICT = """
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+    run_id = EXCLUDED.run_id,
+    checkpoint = EXCLUDED.checkpoint,
+    channel_versions = EXCLUDED.channel_versions,
+    metadata = EXCLUDED.metadata
+"""
+
 # A checkpoint and its new blobs in one statement (one round trip, one transaction).
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s
 # %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s %(blobs)s
@@ -163,13 +173,7 @@ INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
     parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
 VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, %(run_id)s,
     %(checkpoint)s, %(channel_versions)s::jsonb, %(metadata)s::jsonb)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
-    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
-    run_id = EXCLUDED.run_id,
-    checkpoint = EXCLUDED.checkpoint,
-    channel_versions = EXCLUDED.channel_versions,
-    metadata = EXCLUDED.metadata
-"""
+""" + _CHECKPOINT_CONFLICT
 
 # Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
@@ -212,13 +216,7 @@ SELECT x.t, x.n, x.i, x.p, x.r, x.c, x.v::jsonb, x.m::jsonb
 FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[], %(checkpoint_ids)s::text[],
             %(parent_ids)s::text[], %(run_ids)s::text[], %(checkpoints)s::bytea[],
             %(channel_versions)s::text[], %(metadata)s::text[]) AS x(t, n, i, p, r, c, v, m)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
-    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
-    run_id = EXCLUDED.run_id,
-    checkpoint = EXCLUDED.checkpoint,
-    channel_versions = EXCLUDED.channel_versions,
-    metadata = EXCLUDED.metadata
-"""
+""" + _CHECKPOINT_CONFLICT
 
 # %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(task_ids)s %(idxs)s %(channels)s
 # %(task_paths)s %(blobs)s; {conflict} is DO NOTHING (ordinary) or DO UPDATE (special)
