@@ -51,6 +51,8 @@ class SaverConfig:
             newest checkpoint of each thread and namespace in a batch (and the writes it needs).
         reclaim_after: write-behind: how long a batch another flusher took may sit
             unacknowledged before this one takes it over (that flusher is presumed dead).
+        background_flush: write-behind: run a flusher thread inside this saver. Turn it
+            off when standalone ``langgraph-durable flush --follow`` workers do all flushing.
         max_unflushed: write-behind: the most journal entries Redis may hold while Postgres
             is unreachable before writes raise `TierUnavailableError`.
         prepare_threshold: psycopg's prepared-statement threshold (``None`` for poolers
@@ -72,6 +74,7 @@ class SaverConfig:
     flush_batch: int = 256
     flush_policy: FlushPolicy = "all"
     reclaim_after: float | timedelta = 10.0
+    background_flush: bool = True
     max_unflushed: int = 100_000
     prepare_threshold: int | None = 5
 

@@ -40,6 +40,7 @@ from langgraph_durable.flusher import BackgroundFlusher
 from langgraph_durable.ledger import Ledger
 
 logger = logging.getLogger("langgraph_durable")
+logger.addHandler(logging.NullHandler())  # quiet unless the application configures logging
 T = TypeVar("T")
 
 
@@ -92,6 +93,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         )
         self._flusher: BackgroundFlusher | None = None
         self._behind = self.config.write_mode == "behind"
+        self._background = self._behind and self.config.background_flush
         self._ledger: Ledger | None = None
 
     @property
@@ -295,28 +297,28 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Store a checkpoint and the channel versions it introduces."""
-        if self._behind and self._flusher is None:
+        if self._background and self._flusher is None:
             self._start_flusher()
         return self._run(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         """Async twin of `put`."""
-        if self._behind and self._flusher is None:
+        if self._background and self._flusher is None:
             self._start_flusher()
         return await self._arun(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
         """Store a task's pending writes (special channels replace, others first-write-wins)."""
-        if self._behind and self._flusher is None:
+        if self._background and self._flusher is None:
             self._start_flusher()
         self._run(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
         """Async twin of `put_writes`."""
-        if self._behind and self._flusher is None:
+        if self._background and self._flusher is None:
             self._start_flusher()
         await self._arun(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 

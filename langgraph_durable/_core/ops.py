@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_durable._core import journal
+from langgraph_durable._core import journal, ledger
 from langgraph_durable._core.codec import FrameError, decode_frame, loads_metadata
 from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
 from langgraph_durable._core.keys import (
@@ -687,7 +687,8 @@ PendingWrites = list[PendingWrite]
 
 
 def health(ctx: Context) -> Op[dict[str, Any]]:
-    """Reachability, breaker, flush backlog and latency of both tiers, without raising."""
+    """Reachability, breaker, flush backlog and lag, latency per tier and ledger outcome
+    counts, without raising when a tier is down."""
     report: dict[str, Any] = {"write_mode": ctx.config.write_mode}
     try:
         oldest, _, length = yield from journal.journal_state(ctx)
@@ -695,7 +696,7 @@ def health(ctx: Context) -> Op[dict[str, Any]]:
     except TierUnavailableError:
         oldest, length, hot_ok = "", 0, False
     try:
-        yield Cold.one(ctx.statements.take_hot_stale_sql, {}, fetch=True)
+        report["ledger"] = yield from ledger.counts(ctx, None)
         cold_ok = True
     except TierUnavailableError:
         cold_ok = False

@@ -1,0 +1,1 @@
+"""Pieces of the ``langgraph-durable`` command line: probes, views and the demo."""

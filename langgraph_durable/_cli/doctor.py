@@ -1,0 +1,169 @@
+"""``langgraph-durable doctor``: every check that tells a working set-up from a broken one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from langgraph_durable._cli.probes import (
+    HotView,
+    RedisFacts,
+    probe_postgres,
+    probe_redis,
+    redact,
+    redis_client,
+)
+from langgraph_durable._cli.views import Check, Status
+from langgraph_durable._core import migrate
+from langgraph_durable.config import SaverConfig
+from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
+from langgraph_durable.saver import DurableSaver
+
+if TYPE_CHECKING:
+    from langgraph_durable.cli import Target
+
+EXIT_CONFIG, EXIT_UNAVAILABLE = 2, 3
+
+
+def run_checks(target: Target) -> tuple[list[Check], int]:
+    """Run every check; return the findings and the exit code (0 when none failed)."""
+    try:
+        config = target.config()
+    except ConfigurationError as exc:
+        return [Check("configuration", "fail", str(exc))], EXIT_CONFIG
+    checks = [Check("configuration", "ok", f"schema {config.schema}, key prefix "
+                    f"{config.key_prefix}, write mode {config.write_mode}")]
+    code = 0
+    facts: RedisFacts | None = None
+    try:
+        facts = probe_redis(config.redis_url)
+        checks.append(Check("redis", "ok", f"{facts.server} ({facts.mode}) at "
+                            f"{redact(config.redis_url)}"))
+    except TierUnavailableError as exc:
+        checks.append(Check("redis", "fail", str(exc)))
+        code = EXIT_UNAVAILABLE
+    postgres_up = False
+    try:
+        version = probe_postgres(config.postgres_url)
+        checks.append(Check("postgres", "ok", f"PostgreSQL {version} at "
+                            f"{redact(config.postgres_url)}"))
+        postgres_up = True
+    except TierUnavailableError as exc:
+        checks.append(Check("postgres", "fail", str(exc)))
+        code = code or EXIT_UNAVAILABLE
+    if facts is not None:
+        behind: str | None = None
+        if config.write_mode == "behind":
+            behind = "write-behind"
+        elif _journal_present(config):
+            behind = f"write-behind (prefix {config.key_prefix!r} has a journal)"
+        checks += _persistence_checks(facts, behind)
+    if not postgres_up:
+        return checks, code
+    saver = target.saver()
+    try:
+        schema_check, ready = _schema_check(saver)
+        checks.append(schema_check)
+        if schema_check.status == "fail":
+            code = code or EXIT_CONFIG
+        if ready and facts is not None:
+            checks += _health_checks(saver)
+    finally:
+        saver.close()
+    return checks, code
+
+
+def _journal_present(config: SaverConfig) -> bool:
+    client = redis_client(config.redis_url)
+    try:
+        return HotView(client, config.key_prefix).journal_present()
+    except redis.exceptions.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def _persistence_checks(facts: RedisFacts, behind: str | None) -> list[Check]:
+    """AOF and eviction settings, judged by what the write mode needs from Redis;
+    ``behind`` says why write-behind is in use (``None``: it is not)."""
+    checks: list[Check] = []
+    fsync = f", appendfsync {facts.appendfsync}" if facts.appendfsync else ""
+    snapshots = f"; RDB save {facts.save!r}" if facts.save else "; no RDB snapshots"
+    if facts.appendonly is None:
+        checks.append(Check(
+            "redis persistence", "warn" if behind else "info",
+            "cannot read the persistence settings (CONFIG GET and INFO persistence refused)"
+            + (f"; {behind} needs appendonly yes" if behind else "")))
+    elif facts.appendonly:
+        checks.append(Check("redis persistence", "ok", f"AOF on{fsync}{snapshots}"))
+    elif behind:
+        checks.append(Check(
+            "redis persistence", "warn",
+            f"{behind} runs without AOF (appendonly no): a Redis crash loses every "
+            "acknowledged write not flushed yet; set appendonly yes, appendfsync everysec"))
+    else:
+        checks.append(Check("redis persistence", "ok",
+                            f"AOF off{snapshots} (fine for write-through: Postgres holds every "
+                            "acknowledged write)"))
+    policy = facts.maxmemory_policy
+    if policy and policy.startswith("allkeys") and behind:
+        checks.append(Check("redis eviction", "warn",
+                            f"maxmemory-policy {policy} may evict {behind} writes not flushed "
+                            "yet; use noeviction or a volatile-* policy"))
+    elif policy:
+        checks.append(Check("redis eviction", "ok", f"maxmemory-policy {policy}"))
+    return checks
+
+
+def _schema_check(saver: DurableSaver) -> tuple[Check, bool]:
+    schema = saver.config.schema
+    try:
+        version = saver._run(migrate.current_version(schema))
+    except DurableError as exc:
+        return Check("schema", "fail", str(exc)), False
+    latest = max((m.version for m in saver.migrations), default=0)
+    if version == 0:
+        return Check("schema", "warn", f"{schema!r} is not set up: run `langgraph-durable "
+                     f"migrate --schema {schema}`"), False
+    if version > latest:
+        return Check("schema", "fail", f"{schema!r} is at version {version}, newer than this "
+                     f"langgraph-durable knows ({latest}): upgrade the package"), False
+    if version < latest:
+        return Check("schema", "warn", f"{schema!r} is at version {version} of {latest}: run "
+                     f"`langgraph-durable migrate --schema {schema}`"), True
+    return Check("schema", "ok", f"{schema!r} at version {version} (up to date)"), True
+
+
+def _health_checks(saver: DurableSaver) -> list[Check]:
+    """Breaker, flush lag and latencies from ``saver.health()``."""
+    try:
+        report = saver.health()
+    except DurableError as exc:
+        return [Check("health", "warn", f"saver.health() failed: {exc}")]
+    checks: list[Check] = []
+    hot: Mapping[str, Any] = report.get("hot", {})
+    if hot.get("breaker") == "open":
+        checks.append(Check("hot tier breaker", "warn",
+                            f"open (tripped {hot.get('trips', '?')} times): serving from "
+                            "Postgres alone"))
+    else:
+        checks.append(Check("hot tier breaker", "ok", f"closed ({hot.get('trips', 0)} trips)"))
+    flush: Mapping[str, Any] = report.get("flush", {})
+    lag, unflushed = flush.get("lag_seconds"), flush.get("unflushed", 0)
+    if not unflushed:
+        checks.append(Check("flush lag", "ok", "nothing waiting to be flushed"))
+    else:
+        status: Status = "warn" if lag is not None and lag > 60 else "ok"
+        lag_text = "unknown" if lag is None else f"{lag:.2f}s"
+        checks.append(Check("flush lag", status,
+                            f"oldest unflushed write {lag_text} old; {unflushed} entries waiting"
+                            + (" (is a flusher running? `langgraph-durable flush --follow`)"
+                               if status == "warn" else "")))
+    latency: Mapping[str, Any] = report.get("latency_ms", {})
+    if latency:
+        parts = [f"{k.replace('_', ' ')} {v:.1f}ms" for k, v in latency.items()
+                 if isinstance(v, int | float)]
+        checks.append(Check("latency", "info", ", ".join(parts) or "no samples yet"))
+    return checks

@@ -1,0 +1,225 @@
+"""What the CLI asks the servers directly: connectivity, versions, settings, hot keys.
+
+The saver's own operations go through its drivers; these probes open a short-lived
+connection of their own so that a wrong URL is reported at once, with the driver's own
+reason in one line, instead of after a connection pool's timeout.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import redis
+import redis.exceptions
+
+from langgraph_durable._core.keys import ThreadKeys, journal_key, unb64
+from langgraph_durable.errors import TierUnavailableError
+
+_HOT_HINT = "check --redis-url or LGD_REDIS_URL"
+_COLD_HINT = "check --postgres-url or LGD_POSTGRES_URL"
+
+
+def redact(url: str) -> str:
+    """A URL with its password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def one_line(exc: BaseException) -> str:
+    """A driver error's message on one line (psycopg's span several and add hints)."""
+    parts = [p.strip() for p in str(exc).splitlines() if p.strip()]
+    parts = [p for p in parts if not p.startswith(("Is the server running", "HINT:"))]
+    text = "; ".join(parts)
+    text = re.sub(r"^connection failed: ", "", text)
+    text = re.sub(r"\b(FATAL|ERROR):\s+", "", text)
+    return text.rstrip(".") or type(exc).__name__
+
+
+def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
+    """Connect once and return the server's version.
+
+    Raises:
+        TierUnavailableError: the server cannot be reached or refuses the connection;
+            the message is one line naming the URL, the reason and what to check.
+    """
+    try:
+        with psycopg.connect(url, connect_timeout=max(1, round(timeout))) as conn:
+            row = conn.execute("SELECT current_setting('server_version')").fetchone()
+    except psycopg.Error as exc:
+        raise TierUnavailableError(
+            f"cannot connect to Postgres at {redact(url)}: {one_line(exc)} ({_COLD_HINT})",
+            tier="cold",
+        ) from exc
+    return str(row[0]) if row else "unknown"
+
+
+def redis_client(url: str, *, timeout: float = 2.0) -> redis.Redis:
+    """A plain client for probes (short timeouts, no retries)."""
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisFacts:
+    """What `probe_redis` found out about a Redis or Valkey server.
+
+    Attributes:
+        server: ``"Redis 7.2.4"`` or ``"Valkey 9.1.2"``.
+        mode: ``"standalone"``, ``"cluster"`` or ``"sentinel"``.
+        appendonly: whether the append-only file is on (``None``: could not tell).
+        appendfsync: the AOF fsync policy, when readable.
+        save: the RDB snapshot schedule (``""``: none), when readable.
+        maxmemory_policy: the eviction policy, when readable.
+    """
+
+    server: str
+    mode: str
+    appendonly: bool | None
+    appendfsync: str | None
+    save: str | None
+    maxmemory_policy: str | None
+
+
+def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
+    """Ping the hot tier and read its version and persistence settings.
+
+    ``CONFIG GET`` is often disabled on managed servers; then ``INFO persistence`` tells
+    whether the AOF is on and the other settings are reported as unknown.
+
+    Raises:
+        TierUnavailableError: the server cannot be reached; one line naming URL and reason.
+    """
+    client = redis_client(url, timeout=timeout)
+    try:
+        client.ping()
+        info: dict[str, Any] = client.info("server")
+        persistence: dict[str, Any] = client.info("persistence")
+        config = _config_get(client, "appendonly", "appendfsync", "save", "maxmemory-policy")
+    except redis.exceptions.RedisError as exc:
+        raise TierUnavailableError(
+            f"cannot connect to Redis at {redact(url)}: {one_line(exc)} ({_HOT_HINT})",
+            tier="hot",
+        ) from exc
+    finally:
+        client.close()
+    if "valkey_version" in info:
+        server = f"Valkey {info['valkey_version']}"
+    else:
+        server = f"Redis {info.get('redis_version', 'unknown')}"
+    appendonly = config.get("appendonly")
+    return RedisFacts(
+        server=server,
+        mode=str(info.get("redis_mode", "standalone")),
+        appendonly=(appendonly == "yes") if appendonly is not None
+        else bool(persistence.get("aof_enabled")) if "aof_enabled" in persistence else None,
+        appendfsync=config.get("appendfsync"),
+        save=config.get("save"),
+        maxmemory_policy=config.get("maxmemory-policy"),
+    )
+
+
+def _config_get(client: redis.Redis, *names: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for name in names:
+        try:
+            reply = client.config_get(name)
+        except redis.exceptions.ResponseError:  # CONFIG disabled or renamed
+            continue
+        for key, value in reply.items():
+            key_text = key.decode() if isinstance(key, bytes) else str(key)
+            values[key_text] = value.decode() if isinstance(value, bytes) else str(value)
+    return values
+
+
+# ------------------------------------------------------------------------ hot tier keys
+
+
+@dataclass(slots=True)
+class HotThread:
+    """One thread's keys in the hot tier.
+
+    Attributes:
+        thread_id: the thread.
+        keys: how many keys its registry lists.
+        unflushed: write-behind: checkpoints with entries not yet in Postgres.
+        checkpoints: checkpoint ids per namespace found in its indexes.
+    """
+
+    thread_id: str
+    keys: int = 0
+    unflushed: int = 0
+    checkpoints: dict[str, list[str]] = field(default_factory=dict)
+
+    def checkpoint_keys(self) -> list[tuple[str, str, str]]:
+        """``(thread_id, checkpoint_ns, checkpoint_id)`` of every hot checkpoint."""
+        return [(self.thread_id, ns, cid) for ns, ids in self.checkpoints.items() for cid in ids]
+
+
+class HotView:
+    """Read-only look at a key prefix's threads in Redis (``SCAN``, never ``KEYS``)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self._registry_re = re.compile(rf"^{re.escape(prefix)}:\{{([A-Za-z0-9_-]*)\}}:k$")
+
+    def thread_ids(self, *, limit: int = 100_000) -> list[str]:
+        """Every thread with a registry key under the prefix (at most ``limit``)."""
+        found: list[str] = []
+        for key in self.client.scan_iter(match=f"{self.prefix}:{{*}}:k", count=1000):
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            match = self._registry_re.match(text)
+            if match is None:
+                continue
+            try:
+                found.append(unb64(match.group(1)))
+            except ValueError:  # not one of our keys after all
+                continue
+            if len(found) >= limit:
+                break
+        return found
+
+    def threads(self, thread_ids: Iterable[str]) -> dict[str, HotThread]:
+        """The hot keys of the given threads (absent threads are left out)."""
+        ids = list(thread_ids)
+        pipe = self.client.pipeline(transaction=False)
+        keyed = [ThreadKeys(self.prefix, t) for t in ids]
+        for keys in keyed:
+            pipe.smembers(keys.registry)
+            pipe.hlen(keys.unflushed)
+        replies = pipe.execute()
+        result: dict[str, HotThread] = {}
+        index_keys: list[tuple[str, ThreadKeys, str]] = []
+        for thread_id, keys, members, unflushed in zip(
+                ids, keyed, replies[0::2], replies[1::2], strict=True):
+            if not members and not unflushed:
+                continue
+            result[thread_id] = HotThread(thread_id, keys=len(members), unflushed=int(unflushed))
+            for member in members:
+                name = member.decode() if isinstance(member, bytes) else str(member)
+                if name.startswith(f"{keys.base}:i:"):
+                    index_keys.append((thread_id, keys, name))
+        for _, _, name in index_keys:
+            pipe.zrange(name, 0, -1)
+        for (thread_id, keys, name), ids_in_index in zip(index_keys, pipe.execute(), strict=True):
+            if ids_in_index:
+                namespace = unb64(name[len(f"{keys.base}:i:"):])
+                result[thread_id].checkpoints[namespace] = [
+                    i.decode() if isinstance(i, bytes) else str(i) for i in ids_in_index
+                ]
+        return result
+
+    def journal_present(self) -> bool:
+        """Whether the prefix has a write-behind journal (behind mode ran on it)."""
+        return bool(self.client.exists(journal_key(self.prefix)))
+

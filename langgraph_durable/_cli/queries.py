@@ -1,0 +1,138 @@
+"""What the CLI reads to build its tables: the saver's API plus `_core.inspect` queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+
+from langgraph_durable._cli.probes import HotThread, HotView
+from langgraph_durable._cli.views import HistoryRow, ThreadRow, interrupts_of, when
+from langgraph_durable._core import inspect
+from langgraph_durable.errors import ConfigurationError, DurableError
+from langgraph_durable.saver import DurableSaver
+
+
+class NotFound(DurableError):
+    """A thread or checkpoint the user named does not exist."""
+
+
+def hot_threads(hot: HotView | None, thread_ids: list[str]) -> dict[str, HotThread] | None:
+    """The hot keys of some threads; ``None`` when Redis cannot be read."""
+    if hot is None:
+        return None
+    try:
+        return hot.threads(thread_ids)
+    except redis.exceptions.RedisError:
+        return None
+
+
+def thread_rows(saver: DurableSaver, hot: HotView | None, *,
+                limit: int) -> tuple[int, list[ThreadRow]]:
+    """The schema's thread count and its threads, Postgres and Redis merged.
+
+    A thread only Redis holds (written behind, not flushed yet) is listed too; ``unflushed``
+    counts a thread's checkpoints with write-behind entries not yet in Postgres.
+    """
+    schema = saver.config.schema
+    total, summaries = saver._run(inspect.thread_summaries(schema, limit=limit))
+    ids = [s.thread_id for s in summaries]
+    hot_only: list[str] = []
+    if hot is not None:
+        try:
+            listed = set(ids)
+            candidates = [t for t in hot.thread_ids() if t not in listed]
+        except redis.exceptions.RedisError:
+            hot, candidates = None, []
+        if candidates:  # threads beyond the page are in Postgres too; keep the others
+            _, present = saver._run(inspect.thread_summaries(
+                schema, thread_ids=candidates, limit=len(candidates)))
+            in_cold = {p.thread_id for p in present}
+            hot_only = [t for t in candidates if t not in in_cold][: max(0, limit - len(ids))]
+    found = hot_threads(hot, ids + hot_only)
+    unflushed = {t: h.unflushed for t, h in (found or {}).items()}
+    rows = [
+        ThreadRow(s.thread_id, s.checkpoints, s.namespaces, s.bytes, when(s.last_update),
+                  None if found is None else s.thread_id in found, True,
+                  None if found is None else unflushed.get(s.thread_id, 0))
+        for s in summaries
+    ]
+    for thread_id in hot_only:
+        hot_thread = (found or {}).get(thread_id)
+        count = len(hot_thread.checkpoint_keys()) if hot_thread else None
+        rows.append(ThreadRow(thread_id, count, None, None, "—", True, False,
+                              unflushed.get(thread_id, 0)))
+    return total + len(hot_only), rows
+
+
+def history_rows(saver: DurableSaver, hot: HotView | None, thread_id: str, *,
+                 checkpoint_ns: str | None, limit: int | None) -> list[HistoryRow]:
+    """A thread's checkpoints newest first, with the bytes each added and where it lives.
+
+    Raises:
+        NotFound: the thread has no checkpoint.
+    """
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    if checkpoint_ns is not None:
+        configurable["checkpoint_ns"] = checkpoint_ns
+    tuples = list(saver.list({"configurable": configurable}, limit=limit))
+    if not tuples:
+        raise NotFound(f"thread {thread_id!r} has no checkpoints in schema "
+                       f"{saver.config.schema!r}")
+    sizes = {(s.checkpoint_ns, s.checkpoint_id): s.total for s in saver._run(
+        inspect.checkpoint_sizes(saver.config.schema, thread_id, checkpoint_ns=checkpoint_ns,
+                                 limit=limit))}
+    found = hot_threads(hot, [thread_id])
+    hot_ids = set() if found is None or thread_id not in found else {
+        (ns, cid) for _, ns, cid in found[thread_id].checkpoint_keys()}
+    rows = []
+    for tup in tuples:
+        conf = tup.config["configurable"]
+        key = (conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
+        meta = tup.metadata or {}
+        updated = [c for c in tup.checkpoint.get("updated_channels") or []
+                   if not c.startswith("branch:")]
+        rows.append(HistoryRow(
+            checkpoint_id=key[1], checkpoint_ns=key[0], step=meta.get("step", "?"),
+            source=str(meta.get("source", "?")), updated=", ".join(sorted(updated)) or "—",
+            time=when(tup.checkpoint.get("ts")), added_bytes=sizes.get(key),
+            pending_writes=len(tup.pending_writes or []), interrupts=len(interrupts_of(tup)),
+            hot=None if found is None else key in hot_ids,
+        ))
+    return rows
+
+
+def checkpoint(saver: DurableSaver, thread_id: str, ref: str | None, *,
+               checkpoint_ns: str = "") -> CheckpointTuple:
+    """The checkpoint ``ref`` names: a full id, a unique fragment of one, or the latest.
+
+    Raises:
+        NotFound: no such thread or checkpoint.
+        ConfigurationError: the fragment matches several checkpoints.
+    """
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id,
+                                               "checkpoint_ns": checkpoint_ns}}
+    if ref is None:
+        latest = saver.get_tuple(config)
+        if latest is None:
+            raise NotFound(f"thread {thread_id!r} has no checkpoints in schema "
+                           f"{saver.config.schema!r}")
+        return latest
+    exact = saver.get_tuple({"configurable": {**config["configurable"], "checkpoint_id": ref}})
+    if exact is not None:
+        return exact
+    matches = saver._run(inspect.match_checkpoint(saver.config.schema, thread_id,
+                                                  checkpoint_ns, ref))
+    if not matches:
+        raise NotFound(f"thread {thread_id!r} has no checkpoint matching {ref!r} "
+                       "(see `langgraph-durable history`)")
+    if len(matches) > 1:
+        raise ConfigurationError(f"{ref!r} matches {len(matches)} checkpoints of thread "
+                                 f"{thread_id!r} ({', '.join(matches[:3])}, …); give more of it")
+    found = saver.get_tuple({"configurable": {**config["configurable"],
+                                              "checkpoint_id": matches[0]}})
+    if found is None:  # deleted between the two reads
+        raise NotFound(f"checkpoint {matches[0]!r} of thread {thread_id!r} is gone")
+    return found

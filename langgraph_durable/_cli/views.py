@@ -1,0 +1,363 @@
+"""How the CLI shows things: rich tables and panels built from plain data, no I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import CheckpointTuple
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from langgraph_durable._core.ledger import LedgerRecord
+
+Status = Literal["ok", "warn", "fail", "info"]
+_MARK: dict[Status, tuple[str, str]] = {
+    "ok": ("✔", "green"), "warn": ("!", "yellow"), "fail": ("✘", "red"), "info": ("·", "dim"),
+}
+_LEDGER_STYLE = {"succeeded": "green", "failed": "red", "uncertain": "yellow", "started": "cyan"}
+INTERRUPT_CHANNEL = "__interrupt__"
+
+
+# ------------------------------------------------------------------------------ values
+
+
+def human_bytes(n: int | None) -> str:
+    """``1536`` -> ``"1.5 KiB"``; ``None`` -> ``"—"``."""
+    if n is None:
+        return "—"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def when(value: datetime | str | None, *, short: bool = False) -> str:
+    """A timestamp as local ``YYYY-MM-DD HH:MM:SS`` (ISO strings are parsed); ``short``
+    drops today's date."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    else:
+        moment = value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    local = moment.astimezone()
+    if short and local.date() == datetime.now().astimezone().date():
+        return local.strftime("%H:%M:%S")
+    return local.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clip(text: str, width: int) -> str:
+    """One line of at most ``width`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def message_line(message: BaseMessage, width: int = 100) -> str:
+    """``ai: content [→ tool(args)]`` for one message."""
+    content = message.content if isinstance(message.content, str) else json.dumps(
+        message.content, default=str)
+    text = f"{message.type}: {content}"
+    for call in getattr(message, "tool_calls", None) or []:
+        args = json.dumps(call.get("args", {}), default=str)
+        text += f" → {call.get('name')}({args})"
+    return clip(text, width)
+
+
+def summarize(value: Any, width: int = 90) -> str:
+    """A one-line picture of a channel value."""
+    if isinstance(value, BaseMessage):
+        return message_line(value, width)
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(v, BaseMessage) for v in value):
+            return clip(f"{len(value)} messages, last {message_line(value[-1], width)}", width)
+        return clip(f"{len(value)} items: {value!r}", width)
+    if isinstance(value, str):
+        return clip(repr(value), width)
+    return clip(repr(value), width)
+
+
+def interrupts_of(tup: CheckpointTuple) -> list[Any]:
+    """The interrupts pending on a checkpoint (values written to ``__interrupt__``)."""
+    found: list[Any] = []
+    for _, channel, value in tup.pending_writes or []:
+        if channel == INTERRUPT_CHANNEL:
+            found.extend(value if isinstance(value, list | tuple) else [value])
+    return found
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def checkpoint_header(tup: CheckpointTuple) -> Table:
+    """Thread, namespace, id, parent, step, source and time of a checkpoint."""
+    conf = tup.config["configurable"]
+    meta: Mapping[str, Any] = tup.metadata or {}
+    parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("thread", str(conf["thread_id"]))
+    if conf.get("checkpoint_ns"):
+        grid.add_row("namespace", str(conf["checkpoint_ns"]))
+    grid.add_row("checkpoint", str(conf["checkpoint_id"]))
+    grid.add_row("parent", str(parent or "—"))
+    grid.add_row("step", f"{meta.get('step', '—')} ({meta.get('source', '?')})")
+    grid.add_row("time", when(tup.checkpoint.get("ts")))
+    return grid
+
+
+def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType:
+    """State values, pending writes and interrupts of one checkpoint."""
+    parts: list[RenderableType] = [checkpoint_header(tup)]
+    values: Mapping[str, Any] = tup.checkpoint.get("channel_values", {})
+    table = Table(title="state values", title_justify="left", expand=False)
+    table.add_column("channel", style="cyan", no_wrap=True)
+    table.add_column("value")
+    for channel in sorted(values):
+        if channel.startswith("branch:"):
+            continue
+        value = values[channel]
+        if isinstance(value, list) and value and all(isinstance(m, BaseMessage) for m in value):
+            table.add_row(channel, "\n".join(message_line(m, width) for m in value))
+        else:
+            table.add_row(channel, summarize(value, width))
+    if not values:
+        table.add_row("—", "(no values)")
+    parts.append(table)
+    writes = [w for w in tup.pending_writes or [] if w[1] != INTERRUPT_CHANNEL]
+    if writes:
+        pending = Table(title="pending writes (of tasks that finished after this checkpoint)",
+                        title_justify="left")
+        pending.add_column("task", style="dim", no_wrap=True)
+        pending.add_column("channel", style="cyan")
+        pending.add_column("value")
+        for task_id, channel, value in writes:
+            pending.add_row(task_id[:8], channel, summarize(value, width))
+        parts.append(pending)
+    interrupts = interrupts_of(tup)
+    if interrupts:
+        box = Table(title="interrupts (waiting for Command(resume=...))", title_justify="left")
+        box.add_column("id", style="dim", no_wrap=True)
+        box.add_column("value", style="yellow")
+        for item in interrupts:
+            box.add_row(str(getattr(item, "id", ""))[:12],
+                        summarize(getattr(item, "value", item), width))
+        parts.append(box)
+    return Group(*parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """How one channel differs between two checkpoints."""
+
+    channel: str
+    kind: Literal["added", "removed", "appended", "changed"]
+    before: str
+    after: str
+
+
+def diff_values(a: Mapping[str, Any], b: Mapping[str, Any], *, width: int = 90) -> list[Change]:
+    """Channel-by-channel differences from ``a`` to ``b`` (equal channels are left out)."""
+    changes: list[Change] = []
+    for channel in sorted(set(a) | set(b)):
+        if channel.startswith("branch:"):
+            continue
+        if channel not in a:
+            changes.append(Change(channel, "added", "", summarize(b[channel], width)))
+        elif channel not in b:
+            changes.append(Change(channel, "removed", summarize(a[channel], width), ""))
+        elif a[channel] != b[channel]:
+            old, new = a[channel], b[channel]
+            if isinstance(old, list) and isinstance(new, list) and new[: len(old)] == old:
+                added = new[len(old):]
+                changes.append(Change(channel, "appended", f"{len(old)} items",
+                                      "\n".join(f"+ {summarize(v, width)}" for v in added)))
+            else:
+                changes.append(Change(channel, "changed", summarize(old, width),
+                                      summarize(new, width)))
+    return changes
+
+
+def diff_view(a: CheckpointTuple, b: CheckpointTuple) -> RenderableType:
+    """What changed from checkpoint ``a`` to checkpoint ``b``."""
+    step_a = (a.metadata or {}).get("step")
+    step_b = (b.metadata or {}).get("step")
+    title = (f"{a.config['configurable']['checkpoint_id']} (step {step_a}) → "
+             f"{b.config['configurable']['checkpoint_id']} (step {step_b})")
+    changes = diff_values(a.checkpoint.get("channel_values", {}),
+                          b.checkpoint.get("channel_values", {}))
+    table = Table(title=title, title_justify="left")
+    table.add_column("channel", style="cyan", no_wrap=True)
+    table.add_column("change")
+    table.add_column("before", style="red")
+    table.add_column("after", style="green")
+    for change in changes:
+        table.add_row(change.channel, change.kind, change.before, change.after)
+    if not changes:
+        return Group(table, Text("no differences in state values", style="dim"))
+    return table
+
+
+# ------------------------------------------------------------------------------ tables
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One line of ``history``."""
+
+    checkpoint_id: str
+    checkpoint_ns: str
+    step: Any
+    source: str
+    updated: str
+    time: str
+    added_bytes: int | None
+    pending_writes: int
+    interrupts: int
+    hot: bool | None
+
+
+def history_table(title: str, rows: Sequence[HistoryRow],
+                  notes: Mapping[str, str] | None = None, *, compact: bool = False) -> Table:
+    """Checkpoints newest first; ``notes`` adds remarks by checkpoint id; ``compact``
+    keeps step, checkpoint, source, time of day and bytes added (for narrow output)."""
+    show_ns = any(r.checkpoint_ns for r in rows)
+    table = Table(title=title, title_justify="left")
+    table.add_column("step", justify="right")
+    table.add_column("checkpoint", style="cyan", no_wrap=True, min_width=36)
+    if show_ns:
+        table.add_column("namespace", overflow="fold")
+    table.add_column("source")
+    if not compact:
+        table.add_column("updated channels")
+    table.add_column("time", no_wrap=True)
+    table.add_column("added", justify="right", no_wrap=True)
+    if not compact:
+        table.add_column("writes", justify="right")
+        table.add_column("redis", justify="center")
+    if notes:
+        table.add_column("", style="bold yellow", no_wrap=True)
+    for r in rows:
+        cells: list[str | Text] = [str(r.step), r.checkpoint_id]
+        if show_ns:
+            cells.append(r.checkpoint_ns or "(root)")
+        cells.append(r.source)
+        if not compact:
+            cells.append(r.updated)
+        cells += [r.time[-8:] if compact else r.time, human_bytes(r.added_bytes)]
+        if not compact:
+            interrupts = f" ({r.interrupts} interrupt)" if r.interrupts else ""
+            cells += [f"{r.pending_writes}{interrupts}", _yes(r.hot)]
+        if notes:
+            cells.append(notes.get(r.checkpoint_id, ""))
+        table.add_row(*cells)
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRow:
+    """One line of ``threads``."""
+
+    thread_id: str
+    checkpoints: int | None
+    namespaces: int | None
+    bytes: int | None
+    last_update: str
+    hot: bool | None
+    cold: bool
+    unflushed: int | None
+
+
+def threads_table(title: str, rows: Sequence[ThreadRow], caption: str) -> Table:
+    """Threads, most recently active first."""
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    table.add_column("thread", style="cyan")
+    table.add_column("checkpoints", justify="right")
+    table.add_column("size", justify="right")
+    table.add_column("last update", no_wrap=True)
+    table.add_column("redis", justify="center")
+    table.add_column("postgres", justify="center")
+    table.add_column("unflushed", justify="right")
+    for r in rows:
+        count = "—" if r.checkpoints is None else str(r.checkpoints)
+        if r.namespaces and r.namespaces > 1:
+            count += f" ({r.namespaces} ns)"
+        table.add_row(r.thread_id, count, human_bytes(r.bytes), r.last_update, _yes(r.hot),
+                      _yes(r.cold), "—" if r.unflushed is None else str(r.unflushed))
+    return table
+
+
+def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
+    """Tool calls of a thread: status, attempts, times, outcome; below the table, the keys
+    of calls still to settle (``saver.ledger.resolve`` takes them)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("tool", style="cyan", no_wrap=True)
+    table.add_column("call", style="dim", max_width=24, overflow="ellipsis")
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", justify="right")
+    table.add_column("started", no_wrap=True)
+    table.add_column("finished", no_wrap=True)
+    table.add_column("result / error")
+    unsettled: list[str] = []
+    for rec in records:
+        outcome = rec.error or rec.result
+        outcome = getattr(outcome, "content", outcome)  # a recorded ToolMessage
+        table.add_row(
+            rec.tool, rec.tool_call_id or rec.task_id or "—",
+            Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")), str(rec.attempts),
+            when(rec.started_at, short=True), when(rec.finished_at, short=True),
+            clip("" if outcome is None else str(outcome), 80),
+        )
+        if rec.status in ("uncertain", "started"):
+            unsettled.append(f"  {rec.tool} ({rec.status}): {rec.key}")
+    if not unsettled:
+        return table
+    return Group(table, Text("calls not settled (saver.ledger.resolve(key, 'succeeded' | "
+                             "'failed' | 'retry')):", style="yellow"), *map(Text, unsettled))
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of ``doctor``."""
+
+    name: str
+    status: Status
+    detail: str
+
+
+def checks_table(checks: Sequence[Check]) -> Table:
+    """Doctor's findings, one per line."""
+    table = Table(show_header=False, box=None, padding=(0, 1))
+    table.add_column(width=1)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for check in checks:
+        mark, style = _MARK[check.status]
+        table.add_row(Text(mark, style=style), check.name, Text(check.detail, style=(
+            style if check.status in ("fail", "warn") else "")))
+    return table
+
+
+def note(title: str, body: RenderableType, style: str = "blue") -> Panel:
+    """A titled box."""
+    return Panel(body, title=title, title_align="left", border_style=style, expand=False)
+
+
+def _yes(flag: bool | None) -> Text:
+    if flag is None:
+        return Text("?", style="dim")
+    return Text("●", style="green") if flag else Text("·", style="dim")

