@@ -1,8 +1,9 @@
 """Schema migrations as a sans-I/O operation.
 
-Each migration runs in its own transaction under a transaction-scoped advisory lock and
-records its version inside that transaction, so concurrent ``setup()`` calls from many
-processes apply each step exactly once: a caller that loses the race finds the step done.
+Each migration runs in its own transaction, as one statement that takes a
+transaction-scoped advisory lock, checks whether its version is recorded, and if not
+applies the step and records it. Concurrent ``setup()`` calls from many processes apply
+each step exactly once: a caller that loses the race finds the step done.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from langgraph_durable.errors import SchemaVersionError
 
 _LOCK = Statement(sql.SQL("SELECT pg_advisory_xact_lock(%(key)s)"), {"key": SETUP_LOCK_KEY})
 _APPLIED_SQL = "SELECT version FROM {schema}.lgd_migrations"
-_RECORD_SQL = "INSERT INTO {schema}.lgd_migrations (version, name) VALUES (%(version)s, %(name)s)"
 
 
 def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
@@ -47,19 +47,40 @@ def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
     for migration in sorted(migrations, key=lambda m: m.version):
         if migration.version in applied:
             continue
-        # Under the lock, a concurrent setup() that applied this step is visible here.
-        now = (yield Cold((_LOCK, Statement(render(_APPLIED_SQL, schema), {}, fetch=True))))[1]
-        if migration.version in {row["version"] for row in now}:
-            continue
-        yield Cold((
-            _LOCK,
-            Statement(render(_APPLIED_SQL, schema), {}, fetch=True),
-            Statement(render(migration.sql, schema), {}),
-            Statement(render(_RECORD_SQL, schema),
-                      {"version": migration.version, "name": migration.name}),
-        ))
-        done.append(migration.version)
+        create, call = _apply_once(schema, migration)
+        rows = (yield Cold((Statement(create, {}), Statement(call, {}, fetch=True))))[1]
+        if rows and rows[0]["applied"]:
+            done.append(migration.version)
     return done
+
+
+# One statement per migration: under the advisory lock, apply it and record its version
+# unless a concurrent setup() already did. A DO block cannot return rows, so a function in
+# the session's temporary schema (pg_temp) does the work.
+_APPLY_ONCE_SQL = """
+CREATE OR REPLACE FUNCTION pg_temp.lgd_apply_once() RETURNS boolean LANGUAGE plpgsql AS
+$lgd_apply$
+BEGIN
+  PERFORM pg_advisory_xact_lock({lock});
+  IF EXISTS (SELECT 1 FROM {schema}.lgd_migrations WHERE version = {version}) THEN
+    RETURN false;
+  END IF;
+  EXECUTE {body};
+  INSERT INTO {schema}.lgd_migrations (version, name) VALUES ({version}, {name});
+  RETURN true;
+END
+$lgd_apply$
+"""
+
+
+def _apply_once(schema: str, migration: Migration) -> tuple[sql.Composed, sql.SQL]:
+    return sql.SQL(_APPLY_ONCE_SQL).format(
+        lock=sql.Literal(SETUP_LOCK_KEY),
+        schema=sql.Identifier(schema),
+        version=sql.Literal(migration.version),
+        name=sql.Literal(migration.name),
+        body=sql.Literal(render(migration.sql, schema).as_string(None)),
+    ), sql.SQL("SELECT pg_temp.lgd_apply_once() AS applied")
 
 
 def current_version(schema: str) -> Op[int]:
