@@ -621,6 +621,13 @@ def delta_channel_history(ctx: Context, config: RunnableConfig,
     whatever the chain's length (the default walks one `get_tuple` per ancestor)."""
     if not channels:
         return {}
+    if ctx.config.write_mode == "behind":
+        try:  # the walk below reads Postgres: bring it up to date first
+            yield from journal.flush(ctx, timeout=None)
+        except TierUnavailableError as exc:
+            if exc.tier != "cold":
+                raise
+            return (yield from _walk_delta_history(ctx, config, channels))
     where = locate(config)
     target = where.checkpoint_id
     if target is None:
@@ -666,6 +673,35 @@ def delta_channel_history(ctx: Context, config: RunnableConfig,
         entry: DeltaChannelHistory = {"writes": [
             (r["task_id"], ch, _load_frame(ctx, where, r["blob"], ch)) for r in mine
         ]}
+        if ch in seeds:
+            entry["seed"] = seeds[ch]
+        result[ch] = entry
+    return result
+
+
+def _walk_delta_history(ctx: Context, config: RunnableConfig,
+                        channels: Sequence[str]) -> Op[dict[str, DeltaChannelHistory]]:
+    """LangGraph's reference walk, one `get_tuple` per ancestor: served by Redis when
+    Postgres is unreachable in write-behind mode."""
+    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    seeds: dict[str, Any] = {}
+    remaining = set(channels)
+    target = yield from get_tuple(ctx, config)
+    cursor = target.parent_config if target else None
+    while cursor is not None and remaining:
+        tup = yield from get_tuple(ctx, cursor)
+        if tup is None:
+            break
+        for write in reversed(tup.pending_writes or []):
+            if write[1] in remaining:
+                collected[write[1]].append(write)
+        for ch in [c for c in remaining if c in tup.checkpoint["channel_values"]]:
+            seeds[ch] = tup.checkpoint["channel_values"][ch]
+            remaining.discard(ch)
+        cursor = tup.parent_config
+    result: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
         if ch in seeds:
             entry["seed"] = seeds[ch]
         result[ch] = entry
