@@ -1,0 +1,289 @@
+"""Reads: `get_tuple` (Redis first, one round trip, decoded cache; Postgres on a miss,
+then warm) and `list_checkpoints` (Postgres in one query, merged with unflushed
+write-behind checkpoints), with repair of damaged blobs from the other tier.
+"""
+
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    CheckpointTuple,
+)
+
+from langgraph_durable._core import journal
+from langgraph_durable._core.codec import FrameError, loads_metadata
+from langgraph_durable._core.hot import try_hot
+from langgraph_durable._core.keys import (
+    ThreadKeys,
+    blob_field,
+    parse_write_field,
+    unb64,
+    write_field,
+)
+from langgraph_durable._core.records import (
+    Damaged,
+    Location,
+    StoredWrite,
+    build_tuple,
+    corrupt,
+    locate,
+    pack_write,
+    unpack_write,
+)
+from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement, new_version
+
+logger = logging.getLogger("langgraph_durable")
+
+
+def _hot_tuple(ctx: Context, where: Location, reply: list[Any]) -> CheckpointTuple:
+    """Decode a GET script hit: ``hit, id, field, value, ..., "\\0blobs", field, frame...``."""
+    checkpoint_id = reply[1].decode()
+    fields: dict[bytes, bytes] = {}
+    writes: list[StoredWrite] = []
+    i = 2
+    while reply[i] != b"\x00blobs":
+        name, value = reply[i], reply[i + 1]
+        if name.startswith(b"w:"):
+            task_id, idx = parse_write_field(name.decode())
+            writes.append(unpack_write(task_id, idx, value))
+        else:
+            fields[name] = value
+        i += 2
+    blobs = [
+        (reply[j].split(b"\x00", 1)[0].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)
+    ]
+    parent = fields.get(b"p", b"").decode() or None
+    try:
+        metadata = loads_metadata(fields[b"m"])
+    except (FrameError, ValueError) as exc:
+        raise Damaged("metadata", str(exc)) from exc
+    return build_tuple(ctx.serde, where, checkpoint_id, parent, fields[b"c"], metadata, blobs,
+                       writes)
+
+
+def _row_parts(row: dict[str, Any]) -> tuple[list[tuple[str, bytes]], list[StoredWrite]]:
+    blobs = list(zip(row["blob_channels"] or [], row["blobs"] or [], strict=True))
+    writes = [
+        StoredWrite(t, i, c, p, b)
+        for t, i, c, p, b in zip(
+            row["write_task_ids"] or [], row["write_idxs"] or [], row["write_channels"] or [],
+            row["write_paths"] or [], row["write_blobs"] or [], strict=True,
+        )
+    ]
+    return blobs, writes
+
+
+def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
+    """Decode a row; a damaged part is repaired from a good hot copy, or raises."""
+    where = Location(row["thread_id"], row["checkpoint_ns"], None)
+    blobs, writes = _row_parts(row)
+    try:
+        return build_tuple(ctx.serde, where, row["checkpoint_id"], row["parent_checkpoint_id"],
+                           row["checkpoint"], row["metadata"], blobs, writes)
+    except Damaged as damage:
+        repaired = yield from _repair_cold(ctx, where, row, damage)
+        if repaired is None:
+            raise corrupt(where, row["checkpoint_id"], damage, "cold") from damage
+        return repaired
+
+
+def _repair_cold(ctx: Context, where: Location, row: dict[str, Any],
+                 damage: Damaged) -> Op[CheckpointTuple | None]:
+    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    ns = where.checkpoint_ns
+    reply = yield from try_hot(ctx, Hot(
+        "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+        [keys.checkpoint_prefix(ns), row["checkpoint_id"], 0],
+    ))
+    if not reply or reply[0] != b"hit":
+        return None
+    try:
+        good = _hot_tuple(ctx, where, reply)
+    except Damaged:
+        return None
+    hot = _hot_parts(reply)
+    statements = [Statement(ctx.statements.repair_checkpoint_sql, {
+        "thread_id": where.thread_id, "checkpoint_ns": ns,
+        "checkpoint_id": row["checkpoint_id"], "checkpoint": hot["c"],
+    })]
+    for field, frame in hot["blobs"]:
+        channel, _, version = field.partition("\x00")
+        statements.append(Statement(ctx.statements.repair_blob_sql, {
+            "thread_id": where.thread_id, "checkpoint_ns": ns, "channel": channel,
+            "version": version, "blob": frame,
+        }))
+    yield Cold(tuple(statements))
+    logger.warning("repaired damaged %s of thread %r checkpoint %r from the hot tier",
+                   damage.part, where.thread_id, row["checkpoint_id"])
+    return good
+
+
+def _hot_parts(reply: list[Any]) -> dict[str, Any]:
+    i, fields = 2, {}
+    while reply[i] != b"\x00blobs":
+        fields[reply[i].decode()] = reply[i + 1]
+        i += 2
+    blobs = [(reply[j].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)]
+    return {"c": fields["c"], "blobs": blobs}
+
+
+def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+    """Redis first (one round trip, with pending writes); Postgres on a miss, then warm.
+
+    A decoded copy of each tuple read from Redis is kept in process; Redis answers "same"
+    when the caller's copy is still current, so a hot read skips transfer and decoding.
+    """
+    where = locate(config)
+    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    ns = where.checkpoint_ns
+    held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
+    reply = yield from try_hot(ctx, Hot(
+        "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+        [keys.checkpoint_prefix(ns), where.checkpoint_id or "", ctx.ttl_ms, held_id,
+         held_version],
+    ))
+    if reply is not None and reply[0] == b"same":
+        cached: CheckpointTuple | None = ctx.cache.load(
+            where.thread_id, ns, reply[1].decode(), held_version)
+        if cached is not None:
+            return cached
+        reply = yield from try_hot(ctx, Hot(
+            "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+            [keys.checkpoint_prefix(ns), reply[1].decode(), ctx.ttl_ms, "", ""]))
+    if reply is not None and reply[0] == b"hit":
+        try:
+            tup = _hot_tuple(ctx, where, reply)
+        except Damaged as damage:
+            logger.warning("damaged hot copy of thread %r (%s); reading Postgres",
+                           where.thread_id, damage)
+        else:
+            ctx.cache.store(where.thread_id, ns, reply[1].decode(), _field(reply, b"v"), tup)
+            return tup
+    if where.checkpoint_id is None:
+        query, params = ctx.statements.get_latest_sql, {"thread_id": where.thread_id,
+                                                        "checkpoint_ns": ns}
+    else:
+        query, params = ctx.statements.get_by_id_sql, {
+            "thread_id": where.thread_id, "checkpoint_ns": ns,
+            "checkpoint_id": where.checkpoint_id}
+    rows = (yield Cold.one(query, params, fetch=True))[0]
+    if not rows:
+        return None
+    tup = yield from _cold_tuple(ctx, rows[0])
+    if reply is not None:
+        yield from _warm(ctx, keys, rows[0])
+    return tup
+
+
+def _field(reply: list[Any], name: bytes) -> str:
+    """A field of a GET reply's checkpoint hash ("" if absent)."""
+    i = 2
+    while reply[i] != b"\x00blobs":
+        if reply[i] == name:
+            return str(reply[i + 1].decode())
+        i += 2
+    return ""
+
+
+def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
+    ns = row["checkpoint_ns"]
+    blobs, writes = _row_parts(row)
+    refs: list[str] = []
+    blob_args: list[str | bytes] = []
+    for (channel, frame), version in zip(blobs, row["blob_versions"] or [], strict=True):
+        field = blob_field(channel, version)
+        refs.append(field)
+        blob_args += [field, frame]
+    write_args: list[str | bytes] = ["v", new_version()]
+    for w in writes:
+        write_args += [write_field(w.task_id, w.idx), pack_write(w)]
+    yield from try_hot(ctx, Hot(
+        "warm",
+        [keys.intents, keys.index(ns), keys.blobs(ns), keys.checkpoint(ns, row["checkpoint_id"]),
+         keys.registry],
+        [int(time.time() * 1000), ctx.ttl_ms, row["checkpoint_id"], row["checkpoint"],
+         json.dumps(row["metadata"], separators=(",", ":"), ensure_ascii=False),
+         row["parent_checkpoint_id"] or "", json.dumps(refs), len(blobs), *blob_args,
+         *write_args],
+    ))
+
+
+def list_checkpoints(
+    ctx: Context,
+    config: RunnableConfig | None,
+    *,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> Op[list[CheckpointTuple]]:
+    """History from Postgres in one query: filters and limit run in SQL, no N+1."""
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = None
+    if config is not None and configurable.get("thread_id") is not None:
+        thread_id = locate(config).thread_id
+    ns = configurable.get("checkpoint_ns")
+    before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+    if limit is not None and limit <= 0:
+        return []
+    params = {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": configurable.get("checkpoint_id"),
+        "before": before_id,
+        "filter": json.dumps(filter) if filter else None,
+        "limit": limit,
+    }
+    behind = ctx.config.write_mode == "behind"
+    if behind and thread_id is None:
+        yield from journal.flush(ctx, timeout=None)  # history of every thread: drain first
+    present = frozenset(k for k, v in params.items() if v is not None and k != "limit")
+    query = ctx.statements.list_sql(present, limit is not None)
+    rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None},
+                          fetch=True))[0]
+    result = []
+    for row in rows:
+        result.append((yield from _cold_tuple(ctx, row)))
+    if behind and thread_id is not None:
+        unflushed = yield from _unflushed(ctx, thread_id)
+        result = _merge(result, [t for t in unflushed if _matches(t, params, filter)], limit)
+    return result
+
+
+def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
+    """The thread's checkpoints with entries the flusher has not moved yet, from Redis."""
+    keys = ThreadKeys(ctx.config.key_prefix, thread_id)
+    records = yield from try_hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
+    out = []
+    for rec in records or []:
+        where = Location(thread_id, unb64(rec[0]), None)
+        out.append(_hot_tuple(ctx, where, [b"hit", *rec[1:]]))
+    return out
+
+
+def _matches(tup: CheckpointTuple, params: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    configurable = tup.config["configurable"]
+    cid = configurable["checkpoint_id"]
+    return (
+        params["checkpoint_ns"] in (None, configurable["checkpoint_ns"])
+        and (params["checkpoint_id"] is None or cid == params["checkpoint_id"])
+        and (params["before"] is None or cid < params["before"])
+        and all(tup.metadata.get(k) == v for k, v in (filter or {}).items())
+    )
+
+
+def _merge(cold: list[CheckpointTuple], hot: list[CheckpointTuple],
+           limit: int | None) -> list[CheckpointTuple]:
+    """Newest first; the hot copy wins (it may hold writes not flushed yet)."""
+    def key(t: CheckpointTuple) -> tuple[str, str]:
+        return t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]
+
+    merged = {key(t): t for t in cold}
+    merged.update({key(t): t for t in hot})
+    ordered = sorted(merged.values(), key=lambda t: key(t)[1], reverse=True)
+    return ordered if limit is None else ordered[:limit]
