@@ -39,7 +39,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from benchmarks import infra
 from benchmarks.settings import Settings
-from benchmarks.timing import describe
+from benchmarks.timing import reporting, reporting_in
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,18 @@ def _postgres_kwargs(ns: Namespace) -> dict[str, Any]:
         "row_factory": dict_row,
         "options": f"-c search_path={ns.schema}",
     }
+
+
+def _postgres_spec(name: str, label: str, open_: SyncFactory, aopen: AsyncFactory) -> SaverSpec:
+    """A Postgres saver: its data lives in the schema that provisioning creates."""
+    return SaverSpec(
+        name=name,
+        label=f"PostgresSaver / AsyncPostgresSaver ({label})",
+        open=open_,
+        aopen=aopen,
+        stores=frozenset({"postgres"}),
+        provision=_provision_schema,
+    )
 
 
 @contextmanager
@@ -282,21 +294,9 @@ def _durable_spec(write_mode: WriteMode) -> SaverSpec:
 
 SPECS: tuple[SaverSpec, ...] = (
     SaverSpec(name=MEMORY, label="InMemorySaver", open=_memory, aopen=_amemory),
-    SaverSpec(
-        name=POSTGRES,
-        label="PostgresSaver / AsyncPostgresSaver (one connection)",
-        open=_postgres,
-        aopen=_apostgres,
-        stores=frozenset({"postgres"}),
-        provision=_provision_schema,
-    ),
-    SaverSpec(
-        name="postgres-pool",
-        label=f"PostgresSaver / AsyncPostgresSaver (psycopg_pool, max_size={POOL_MAX_SIZE})",
-        open=_postgres_pool,
-        aopen=_apostgres_pool,
-        stores=frozenset({"postgres"}),
-        provision=_provision_schema,
+    _postgres_spec(POSTGRES, "one connection", _postgres, _apostgres),
+    _postgres_spec(
+        "postgres-pool", f"psycopg_pool, max_size={POOL_MAX_SIZE}", _postgres_pool, _apostgres_pool
     ),
     SaverSpec(
         name="sqlite",
@@ -322,16 +322,19 @@ class OpenSavers:
     errors: dict[str, str] = field(default_factory=dict)
 
 
+def _closing_failure_logged(name: str) -> AbstractContextManager[None]:
+    """Log (not raise) an exception of the body as ``name``'s closing failure."""
+    return reporting(partial(log.error, "%s: closing failed: %s", name))
+
+
 @contextmanager
 def _closing_reported(cm: AbstractContextManager[Saver], name: str) -> Iterator[Saver]:
     """Enter ``cm``; if the body succeeds, close it and log (not raise) a closing error."""
     with ExitStack() as inner:
         saver = inner.enter_context(cm)
         yield saver
-        try:
+        with _closing_failure_logged(name):
             inner.close()
-        except Exception as exc:
-            log.error("%s: closing failed: %s", name, describe(exc))
 
 
 @asynccontextmanager
@@ -342,15 +345,20 @@ async def _aclosing_reported(
     async with AsyncExitStack() as inner:
         saver = await inner.enter_async_context(cm)
         yield saver
-        try:
+        with _closing_failure_logged(name):
             await inner.aclose()
-        except Exception as exc:
-            log.error("%s: closing failed: %s", name, describe(exc))
 
 
 def namespace(settings: Settings, spec: SaverSpec, section: str) -> Namespace:
     """The namespace of ``spec`` in ``section``."""
     return Namespace(settings=settings, saver=spec.name, section=section)
+
+
+def provisioned(settings: Settings, spec: SaverSpec, section: str) -> Namespace:
+    """The namespace of ``spec`` in ``section``, provisioned for the saver to open in it."""
+    ns = namespace(settings, spec, section)
+    spec.provision(ns)
+    return ns
 
 
 def open_savers(
@@ -359,14 +367,9 @@ def open_savers(
     """Provision and open each spec's sync saver on ``stack``, keeping failures as errors."""
     result = OpenSavers()
     for spec in specs:
-        ns = namespace(settings, spec, section)
-        try:
-            spec.provision(ns)
-            result.savers[spec.name] = stack.enter_context(
-                _closing_reported(spec.open(ns), spec.name)
-            )
-        except Exception as exc:
-            result.errors[spec.name] = describe(exc)
+        with reporting_in(result.errors, spec.name):
+            opening = spec.open(provisioned(settings, spec, section))
+            result.savers[spec.name] = stack.enter_context(_closing_reported(opening, spec.name))
     return result
 
 
@@ -376,14 +379,11 @@ async def aopen_savers(
     """Async twin of :func:`open_savers`, for the savers of the async API."""
     result = OpenSavers()
     for spec in specs:
-        ns = namespace(settings, spec, section)
-        try:
-            spec.provision(ns)
+        with reporting_in(result.errors, spec.name):
+            opening = spec.aopen(provisioned(settings, spec, section))
             result.savers[spec.name] = await stack.enter_async_context(
-                _aclosing_reported(spec.aopen(ns), spec.name)
+                _aclosing_reported(opening, spec.name)
             )
-        except Exception as exc:
-            result.errors[spec.name] = describe(exc)
     return result
 
 

@@ -8,8 +8,19 @@ at contender ``r mod n``, so noise and drift are shared alike and no saver is al
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
+from operator import setitem
 from statistics import fmean
 from typing import Generic, TypeVar
 
@@ -24,12 +35,33 @@ def describe(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+@contextmanager
+def reporting(report: Callable[[str], object]) -> Iterator[None]:
+    """Run the body; if it raises an ``Exception``, hand its :func:`describe` line to ``report``.
+
+    The harness reports a failure (as a saver's error, or in the log) instead of raising it.
+    """
+    try:
+        yield
+    except Exception as exc:
+        report(describe(exc))
+
+
+def reporting_in(errors: MutableMapping[K, str], key: K) -> AbstractContextManager[None]:
+    """:func:`reporting` that keeps the line as ``errors[key]``."""
+    return reporting(partial(setitem, errors, key))
+
+
 @dataclass(slots=True)
 class Series(Generic[T]):
     """The samples of one contender; a contender that raised keeps its error and stops."""
 
     values: list[T] = field(default_factory=list)
     error: str | None = None
+
+    def fail(self, error: str) -> None:
+        """Record why the contender stopped."""
+        self.error = error
 
 
 def schedule(names: Sequence[K], rounds: int) -> Iterator[tuple[int, K]]:
@@ -38,6 +70,20 @@ def schedule(names: Sequence[K], rounds: int) -> Iterator[tuple[int, K]]:
         start = round_ % len(names) if names else 0
         for name in (*names[start:], *names[:start]):
             yield round_, name
+
+
+def _turns(
+    series: Mapping[K, Series[T]], *, rounds: int, warmup: int
+) -> Iterator[tuple[int, K, list[T]]]:
+    """The turns of ``warmup + rounds`` interleaved rounds, skipping contenders that failed.
+
+    Each turn comes with the list its sample goes to: the contender's values, or a throwaway
+    list during the warm-up.
+    """
+    for round_, name in schedule(list(series), warmup + rounds):
+        entry = series[name]
+        if entry.error is None:
+            yield round_, name, entry.values if round_ >= warmup else []
 
 
 def round_robin(
@@ -49,17 +95,9 @@ def round_robin(
     A probe that raises is reported with its error and not called again.
     """
     series: dict[K, Series[T]] = {name: Series() for name in probes}
-    for round_, name in schedule(list(probes), warmup + rounds):
-        entry = series[name]
-        if entry.error is not None:
-            continue
-        try:
-            value = probes[name](round_)
-        except Exception as exc:
-            entry.error = describe(exc)
-            continue
-        if round_ >= warmup:
-            entry.values.append(value)
+    for round_, name, samples in _turns(series, rounds=rounds, warmup=warmup):
+        with reporting(series[name].fail):
+            samples.append(probes[name](round_))
     return series
 
 
@@ -68,17 +106,9 @@ async def around_robin(
 ) -> dict[K, Series[T]]:
     """The async twin of :func:`round_robin`: one probe awaited at a time."""
     series: dict[K, Series[T]] = {name: Series() for name in probes}
-    for round_, name in schedule(list(probes), warmup + rounds):
-        entry = series[name]
-        if entry.error is not None:
-            continue
-        try:
-            value = await probes[name](round_)
-        except Exception as exc:
-            entry.error = describe(exc)
-            continue
-        if round_ >= warmup:
-            entry.values.append(value)
+    for round_, name, samples in _turns(series, rounds=rounds, warmup=warmup):
+        with reporting(series[name].fail):
+            samples.append(await probes[name](round_))
     return series
 
 
@@ -92,13 +122,6 @@ def timed(fn: Callable[[], R]) -> tuple[int, R]:
 def timed_ns(fn: Callable[[], object]) -> int:
     """Call ``fn``; return its wall time in nanoseconds."""
     return timed(fn)[0]
-
-
-async def atimed(awaitable: Awaitable[R]) -> tuple[int, R]:
-    """Await ``awaitable``; return its wall time in nanoseconds and its result."""
-    start = time.perf_counter_ns()
-    result = await awaitable
-    return time.perf_counter_ns() - start, result
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Protocol, TypedDict
+from typing import Annotated, Any, NamedTuple, Protocol, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -70,6 +70,15 @@ class PutArgs:
     checkpoint: Checkpoint
     metadata: CheckpointMetadata
     new_versions: ChannelVersions
+
+
+class WritesArgs(NamedTuple):
+    """The arguments of one ``saver.put_writes`` call."""
+
+    config: RunnableConfig
+    writes: list[tuple[str, Any]]
+    task_id: str
+    task_path: str
 
 
 class CheckpointChain:
@@ -137,6 +146,15 @@ class CheckpointChain:
         for _ in range(count):
             self.put()
         return self
+
+    def prepare_writes(self) -> WritesArgs:
+        """The ``put_writes`` of a new task on the latest checkpoint: its two writes."""
+        step = self.step
+        return WritesArgs(self.config, task_writes(step), str(uuid.uuid4()), task_path(step))
+
+    def put_writes(self) -> None:
+        """Store the writes of :meth:`prepare_writes` (pending writes of the latest checkpoint)."""
+        self.saver.put_writes(*self.prepare_writes())
 
 
 def task_writes(step: int) -> list[tuple[str, Any]]:

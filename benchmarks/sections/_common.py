@@ -1,4 +1,4 @@
-"""Helpers that several sections share: per-saver fixtures and latency rows."""
+"""Helpers that several sections share: per-saver fixtures and latency columns and rows."""
 
 from __future__ import annotations
 
@@ -7,16 +7,26 @@ from typing import TypeVar
 
 from benchmarks.report import NOTE, RATIO_COLUMNS, Cell, Column, Row, error_row
 from benchmarks.savers import OpenSavers, Saver
-from benchmarks.timing import Series, describe, summarize
+from benchmarks.timing import Series, Summary, reporting_in, summarize
 
 F = TypeVar("F")
 
-LATENCY_COLUMNS = (
-    Column("p50", "p50 µs", "us"),
-    Column("p95", "p95 µs", "us"),
-    *RATIO_COLUMNS,
-    Column("n", "n", "int"),
-)
+SAMPLES = Column("n", "n", "int")
+"""How many measured samples a row summarizes."""
+
+
+def quantile_columns(key: str = "", *, before: str = "", after: str = "") -> tuple[Column, ...]:
+    """The p50 and p95 columns of a latency in µs: keys ``<key>p50`` and ``<key>p95``,
+    headers ``<before>p50 µs<after>`` and ``<before>p95 µs<after>``."""
+    return tuple(Column(f"{key}{q}", f"{before}{q} µs{after}", "us") for q in ("p50", "p95"))
+
+
+def quantile_cells(summary: Summary, key: str = "") -> Row:
+    """The cells of :func:`quantile_columns` with the same ``key``."""
+    return {f"{key}p50": summary.p50, f"{key}p95": summary.p95}
+
+
+LATENCY_COLUMNS = (*quantile_columns(), *RATIO_COLUMNS, SAMPLES)
 
 
 def build_fixtures(
@@ -29,10 +39,8 @@ def build_fixtures(
     fixtures: dict[str, F] = {}
     errors = dict(opened.errors)
     for name, saver in opened.savers.items():
-        try:
+        with reporting_in(errors, name):
             fixtures[name] = build(saver)
-        except Exception as exc:
-            errors[name] = describe(exc)
     return fixtures, errors
 
 
@@ -43,7 +51,7 @@ def latency_row(saver: str, series: Series[int], **cells: Cell) -> Row:
     if not series.values:
         return {"saver": saver, **cells, NOTE: "no samples"}
     summary = summarize(series.values)
-    return {"saver": saver, **cells, "p50": summary.p50, "p95": summary.p95, "n": summary.n}
+    return {"saver": saver, **cells, **quantile_cells(summary), "n": summary.n}
 
 
 def latency_rows(series: Mapping[str, Series[int]], **cells: Cell) -> list[Row]:

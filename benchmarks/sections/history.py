@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from benchmarks.context import Context
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, add_ratios, error_row
 from benchmarks.savers import Saver, open_savers
-from benchmarks.sections._common import build_fixtures
+from benchmarks.sections._common import build_fixtures, quantile_cells, quantile_columns
 from benchmarks.timing import Series, round_robin, summarize, timed_ns
 from benchmarks.workloads import CheckpointChain, expect_checkpoint, make_messages, thread_config
 
@@ -57,10 +57,8 @@ def _row(saver: str, op: str, short: Series[int], long: Series[int]) -> Row:
     return {
         "saver": saver,
         "op": op,
-        "short_p50": s.p50,
-        "short_p95": s.p95,
-        "long_p50": lo.p50,
-        "long_p95": lo.p95,
+        **quantile_cells(s, "short_"),
+        **quantile_cells(lo, "long_"),
         "growth": lo.p50 / s.p50,
     }
 
@@ -74,10 +72,8 @@ def run(ctx: Context) -> list[Table]:
         (
             Column("op", "operation"),
             SAVER,
-            Column("short_p50", f"p50 µs @{short}", "us"),
-            Column("short_p95", f"p95 µs @{short}", "us"),
-            Column("long_p50", f"p50 µs @{long}", "us"),
-            Column("long_p95", f"p95 µs @{long}", "us"),
+            *quantile_columns("short_", after=f" @{short}"),
+            *quantile_columns("long_", after=f" @{long}"),
             Column("growth", f"{long}/{short} (p50)", "ratio"),
             Column("x_postgres", f"vs pg @{long}", "ratio"),
         ),

@@ -22,8 +22,8 @@ from langgraph.prebuilt import ToolNode
 
 from benchmarks.context import Context
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, error_row
-from benchmarks.savers import SaverSpec, namespace
-from benchmarks.sections._common import latency_row
+from benchmarks.savers import SaverSpec, provisioned
+from benchmarks.sections._common import SAMPLES, latency_row, quantile_columns
 from benchmarks.timing import describe, round_robin, timed_ns
 
 SECTION = "ledger"
@@ -79,8 +79,7 @@ def _measure(ctx: Context, spec: SaverSpec, durable_tool: DurableTool) -> list[R
     plain_calls: list[str] = []
     tracked_calls: list[str] = []
     plain = tool(_lookup_order(plain_calls))
-    ns = namespace(ctx.settings, spec, SECTION)
-    spec.provision(ns)
+    ns = provisioned(ctx.settings, spec, SECTION)
     rounds = profile.ledger_rounds + profile.ledger_warmup
     with spec.open(ns) as saver:
         tracked = durable_tool(saver=saver)(_lookup_order(tracked_calls))
@@ -120,10 +119,9 @@ def run(ctx: Context) -> list[Table]:
         (
             SAVER,
             Column("variant", "variant"),
-            Column("p50", "p50 µs", "us"),
-            Column("p95", "p95 µs", "us"),
+            *quantile_columns(),
             Column("overhead_p50", "overhead p50 µs", "us"),
-            Column("n", "n", "int"),
+            SAMPLES,
         ),
         notes=[
             "One graph START → ToolNode → END on an InMemorySaver (identical for all variants). "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -14,14 +13,7 @@ from benchmarks.report import SAVER, Column, Table, add_ratios, error_row
 from benchmarks.savers import Saver, open_savers
 from benchmarks.sections._common import LATENCY_COLUMNS, build_fixtures, latency_rows
 from benchmarks.timing import round_robin, timed, timed_ns
-from benchmarks.workloads import (
-    CheckpointChain,
-    expect_checkpoint,
-    make_messages,
-    task_path,
-    task_writes,
-    thread_config,
-)
+from benchmarks.workloads import CheckpointChain, expect_checkpoint, make_messages, thread_config
 
 SECTION = "micro"
 SIZES = (10, 100)
@@ -47,9 +39,7 @@ class Fixture:
 def _read_thread(saver: Saver, size: int, length: int) -> CheckpointChain:
     """A thread of ``length`` checkpoints whose latest has one task's two pending writes."""
     chain = CheckpointChain(saver, f"read-{size}", make_messages(size)).extend(length)
-    saver.put_writes(
-        chain.config, task_writes(chain.step), str(uuid.uuid4()), task_path(chain.step)
-    )
+    chain.put_writes()
     latest = thread_config(chain.thread_id)
     expect_checkpoint(saver.get_tuple(latest), chain.ids[-1], size, 2)
     expect_checkpoint(
@@ -86,8 +76,8 @@ def _put_writes(chain: CheckpointChain) -> Probe:
     """Two writes on a checkpoint just put (untimed), as the loop writes after each put."""
 
     def probe(_round: int) -> int:
-        config = chain.put()
-        writes, task_id, path = task_writes(chain.step), str(uuid.uuid4()), task_path(chain.step)
+        chain.put()
+        config, writes, task_id, path = chain.prepare_writes()
         return timed_ns(lambda: chain.saver.put_writes(config, writes, task_id, path))
 
     return probe

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -19,15 +18,9 @@ from benchmarks import infra
 from benchmarks.context import Context
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, add_ratios, error_row
 from benchmarks.savers import Namespace, SaverSpec, drain, namespace
+from benchmarks.sections._common import SAMPLES, quantile_cells, quantile_columns
 from benchmarks.timing import Series, describe, round_robin, summarize
-from benchmarks.workloads import (
-    CheckpointChain,
-    expect_checkpoint,
-    make_messages,
-    task_path,
-    task_writes,
-    thread_config,
-)
+from benchmarks.workloads import CheckpointChain, expect_checkpoint, make_messages, thread_config
 
 SECTION = "restart"
 THREAD = "restart"
@@ -81,8 +74,7 @@ def _seed(target: Target, ns: Namespace) -> str:
     target.spec.provision(ns)
     with target.spec.open(ns) as saver:
         chain = CheckpointChain(saver, THREAD, make_messages(MESSAGES)).extend(CHECKPOINTS)
-        step = chain.step
-        saver.put_writes(chain.config, task_writes(step), str(uuid.uuid4()), task_path(step))
+        chain.put_writes()
         drain(saver)
     return chain.ids[-1]
 
@@ -113,8 +105,7 @@ def _row(name: str, series: Series[Sample]) -> Row:
     row: Row = {
         "saver": name,
         "open_ms": summarize([s.open_ns for s in samples]).p50 / 1000,
-        "first_p50": first.p50,
-        "first_p95": first.p95,
+        **quantile_cells(first, "first_"),
         "second_p50": summarize([s.second_ns for s in samples]).p50,
         "n": first.n,
     }
@@ -132,12 +123,11 @@ def run(ctx: Context) -> list[Table]:
         (
             SAVER,
             Column("open_ms", "open p50 ms", "ms"),
-            Column("first_p50", "1st get_tuple p50 µs", "us"),
-            Column("first_p95", "1st get_tuple p95 µs", "us"),
+            *quantile_columns("first_", before="1st get_tuple "),
             Column("x_postgres", "vs pg (1st p50)", "ratio"),
             Column("second_p50", "2nd get_tuple p50 µs", "us"),
             Column("hot_keys", "redis keys at open", "int"),
-            Column("n", "n", "int"),
+            SAMPLES,
         ),
         notes=[
             f"The thread has {CHECKPOINTS} checkpoints of {MESSAGES} messages; the latest has "

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import get_args
 
 from benchmarks import infra
 from benchmarks.context import Context
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, add_ratios, error_row
-from benchmarks.savers import Namespace, SaverSpec, drain, namespace
+from benchmarks.savers import Namespace, SaverSpec, Store, drain, provisioned
 from benchmarks.timing import describe
 from benchmarks.workloads import (
     MESSAGES_PER_INVOKE,
@@ -19,6 +20,8 @@ from benchmarks.workloads import (
 )
 
 SECTION = "storage"
+STORES: tuple[Store, ...] = get_args(Store)
+"""Postgres, Redis, SQLite: the order of the per-store columns."""
 
 log = logging.getLogger(__name__)
 
@@ -27,24 +30,22 @@ log = logging.getLogger(__name__)
 class Footprint:
     """Bytes per store at one moment (``None``: the saver does not use that store)."""
 
-    postgres: int | None
-    redis: int | None
+    sizes: dict[Store, int | None]
     redis_keys: int | None
-    sqlite: int | None
 
 
 def _footprint(spec: SaverSpec, ns: Namespace) -> Footprint:
     redis_keys, redis_bytes = (
         infra.prefix_usage(ns.redis_url, ns.key_prefix) if "redis" in spec.stores else (None, None)
     )
-    return Footprint(
-        postgres=infra.schema_bytes(ns.postgres_url, ns.schema)
+    sizes: dict[Store, int | None] = {
+        "postgres": infra.schema_bytes(ns.postgres_url, ns.schema)
         if "postgres" in spec.stores
         else None,
-        redis=redis_bytes,
-        redis_keys=redis_keys,
-        sqlite=infra.sqlite_bytes(ns.sqlite_path) if "sqlite" in spec.stores else None,
-    )
+        "redis": redis_bytes,
+        "sqlite": infra.sqlite_bytes(ns.sqlite_path) if "sqlite" in spec.stores else None,
+    }
+    return Footprint(sizes, redis_keys)
 
 
 def _per_step(after: int | None, before: int | None, steps: int) -> float | None:
@@ -53,7 +54,6 @@ def _per_step(after: int | None, before: int | None, steps: int) -> float | None
 
 def _measure(spec: SaverSpec, ns: Namespace, threads: int, invokes: int) -> Row:
     """Run the workload and return the growth of each store, per step."""
-    spec.provision(ns)
     graph_builder = chat_graph(async_nodes=False)
     with spec.open(ns) as saver:
         before = _footprint(spec, ns)
@@ -66,9 +66,7 @@ def _measure(spec: SaverSpec, ns: Namespace, threads: int, invokes: int) -> Row:
     after = _footprint(spec, ns)  # closed: SQLite has folded its WAL back
     steps = threads * invokes * STEPS_PER_INVOKE
     per_step = {
-        "postgres_b": _per_step(after.postgres, before.postgres, steps),
-        "redis_b": _per_step(after.redis, before.redis, steps),
-        "sqlite_b": _per_step(after.sqlite, before.sqlite, steps),
+        f"{store}_b": _per_step(after.sizes[store], before.sizes[store], steps) for store in STORES
     }
     total = sum(value for value in per_step.values() if value is not None)
     return {
@@ -89,9 +87,7 @@ def run(ctx: Context) -> list[Table]:
         (
             SAVER,
             Column("steps", "steps", "int"),
-            Column("postgres_b", "postgres B/step", "bytes"),
-            Column("redis_b", "redis B/step", "bytes"),
-            Column("sqlite_b", "sqlite B/step", "bytes"),
+            *(Column(f"{store}_b", f"{store} B/step", "bytes") for store in STORES),
             Column("total_b", "total B/step", "bytes"),
             Column("x_postgres", "vs pg", "ratio"),
             Column("redis_keys", "redis keys", "int"),
@@ -111,7 +107,7 @@ def run(ctx: Context) -> list[Table]:
         log.info("%s: %s", SECTION, spec.name)
         try:
             table.rows.append(
-                _measure(spec, namespace(ctx.settings, spec, SECTION), threads, invokes)
+                _measure(spec, provisioned(ctx.settings, spec, SECTION), threads, invokes)
             )
         except Exception as exc:
             table.rows.append(error_row(spec.name, describe(exc)))
