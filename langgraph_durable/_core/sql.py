@@ -174,14 +174,14 @@ PUT_CHECKPOINT_SQL = """
 WITH new_blobs AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, x.channel, x.version, x.blob
-    FROM unnest(%(channels)s::text[], %(versions)s::text[], %(blobs)s::bytea[])
+    FROM unnest(%(channels)b::text[], %(versions)b::text[], %(blobs)b::bytea[])
          AS x(channel, version, blob)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 )
 INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
     parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
 VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, %(run_id)s,
-    %(checkpoint)s, %(channel_versions)s::jsonb, %(metadata)s::jsonb)
+    %(checkpoint)b, %(channel_versions)s::jsonb, %(metadata)s::jsonb)
 """ + _CHECKPOINT_CONFLICT
 
 # Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
@@ -193,7 +193,7 @@ WITH special AS (
         channel, task_path, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
         x.channel, %(task_path)s, x.blob
-    FROM unnest(%(s_idxs)s::int[], %(s_channels)s::text[], %(s_blobs)s::bytea[])
+    FROM unnest(%(s_idxs)b::int[], %(s_channels)b::text[], %(s_blobs)b::bytea[])
          AS x(idx, channel, blob)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
         channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob
@@ -202,7 +202,7 @@ INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_i
     channel, task_path, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
     x.channel, %(task_path)s, x.blob
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(blobs)s::bytea[]) AS x(idx, channel, blob)
+FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(blobs)b::bytea[]) AS x(idx, channel, blob)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 """
 
@@ -211,8 +211,8 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 # %(thread_ids)s %(namespaces)s %(channels)s %(versions)s %(blobs)s
 FLUSH_BLOBS_SQL = """
 INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
-SELECT * FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[], %(channels)s::text[],
-                     %(versions)s::text[], %(blobs)s::bytea[])
+SELECT * FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(channels)b::text[],
+                     %(versions)b::text[], %(blobs)b::bytea[])
 ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 """
 
@@ -222,9 +222,9 @@ FLUSH_CHECKPOINTS_SQL = """
 INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
     parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
 SELECT x.t, x.n, x.i, x.p, x.r, x.c, x.v::jsonb, x.m::jsonb
-FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[], %(checkpoint_ids)s::text[],
-            %(parent_ids)s::text[], %(run_ids)s::text[], %(checkpoints)s::bytea[],
-            %(channel_versions)s::text[], %(metadata)s::text[]) AS x(t, n, i, p, r, c, v, m)
+FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(checkpoint_ids)b::text[],
+            %(parent_ids)b::text[], %(run_ids)b::text[], %(checkpoints)b::bytea[],
+            %(channel_versions)b::text[], %(metadata)b::text[]) AS x(t, n, i, p, r, c, v, m)
 """ + _CHECKPOINT_CONFLICT
 
 # %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(task_ids)s %(idxs)s %(channels)s
@@ -232,9 +232,9 @@ FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[], %(checkpoint_ids)s::
 _FLUSH_WRITES = """
 INSERT INTO {{schema}}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
     channel, task_path, blob)
-SELECT * FROM unnest(%(thread_ids)s::text[], %(namespaces)s::text[],
-    %(checkpoint_ids)s::text[], %(task_ids)s::text[], %(idxs)s::int[], %(channels)s::text[],
-    %(task_paths)s::text[], %(blobs)s::bytea[])
+SELECT * FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[],
+    %(checkpoint_ids)b::text[], %(task_ids)b::text[], %(idxs)b::int[], %(channels)b::text[],
+    %(task_paths)b::text[], %(blobs)b::bytea[])
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}
 """
 FLUSH_WRITES_SQL = _FLUSH_WRITES.format(conflict="DO NOTHING")
