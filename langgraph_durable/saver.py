@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core import journal, migrate, ops
+from langgraph_durable._core import hot, journal, migrate, ops
 from langgraph_durable._core.ledger_sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Breaker, Context, Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
@@ -147,12 +147,21 @@ class DurableSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------ lifecycle
 
     def setup(self) -> None:
-        """Create the schema and tables; idempotent and safe from many processes at once."""
+        """Create the schema and tables (idempotent, safe from many processes at once) and
+        open a connection to each tier.
+
+        Raises:
+            TierUnavailableError: Postgres cannot be reached (Redis may be down: the saver
+                then serves from Postgres until it is back).
+            SchemaVersionError: the schema was migrated by a newer release.
+        """
         self._run(migrate.setup(self.config.schema, self.migrations))
+        self._run(hot.connect(self._ctx))
 
     async def asetup(self) -> None:
         """Async twin of `setup`."""
         await self._arun(migrate.setup(self.config.schema, self.migrations))
+        await self._arun(hot.connect(self._ctx))
 
     def _start_flusher(self) -> None:
         with self._lock:

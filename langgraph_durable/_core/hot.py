@@ -91,3 +91,10 @@ def recover_hot(ctx: Context) -> Op[bool]:
                    "was unavailable", dropped)
     ctx.breaker.recovered()
     return True
+
+
+def connect(ctx: Context) -> Op[bool]:
+    """Open a hot-tier connection now (at setup), so the first read after a restart costs
+    one round trip; returns whether Redis answered. A dead Redis is not an error here."""
+    state = yield from try_hot(ctx, Hot("journal_state", [journal_key(ctx.config.key_prefix)], []))
+    return state is not None
