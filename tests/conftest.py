@@ -39,10 +39,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def drop_prefix(prefix: str, url: str = REDIS_URL) -> None:
-    """Delete every Redis key under ``prefix`` (and only those)."""
+    """Delete every Redis key under ``prefix`` or a prefix derived from it (``prefix-x``)."""
     client = redis.Redis.from_url(url)
     try:
-        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        batch = list(client.scan_iter(match=f"{prefix}*", count=1000))
         for i in range(0, len(batch), 500):
             client.delete(*batch[i : i + 500])
     finally:
