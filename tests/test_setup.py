@@ -50,3 +50,12 @@ def test_schema_newer_than_the_package_is_refused(namespace: tuple[str, str]) ->
     with pytest.raises(SchemaVersionError, match="999"):
         saver.setup()
     saver.close()
+
+
+def test_using_a_saver_before_setup_says_what_to_do(namespace: tuple[str, str]) -> None:
+    """Without setup() the first call names the missing step, not a driver error."""
+    schema, prefix = namespace
+    saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=f"{schema}_unset", key_prefix=prefix)
+    with pytest.raises(SchemaVersionError, match=r"saver\.setup\(\)"):
+        saver.get_tuple({"configurable": {"thread_id": "t"}})
+    saver.close()

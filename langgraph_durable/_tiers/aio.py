@@ -7,6 +7,7 @@ import time
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.errors
 import redis.asyncio as redis
 
 from langgraph_durable._core.requests import Cold, Hot, Latencies, Op, Request
@@ -16,6 +17,7 @@ from langgraph_durable._tiers.common import (
     SCRIPTS,
     cold_unavailable,
     hot_unavailable,
+    not_set_up,
     postgres_options,
     redis_options,
 )
@@ -85,6 +87,8 @@ class Tiers:
             raise cold_unavailable(exc) from exc
         except COLD_ERRORS as exc:
             raise cold_unavailable(exc) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise not_set_up(exc) from exc
 
     @staticmethod
     async def _execute(conn: psycopg.AsyncConnection[Any], statement: Any) -> Any:

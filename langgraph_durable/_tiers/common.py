@@ -13,7 +13,7 @@ from redis.retry import Retry
 
 from langgraph_durable._core import lua
 from langgraph_durable.config import SaverConfig, seconds
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 SCRIPTS = {
     "get": lua.GET_SCRIPT,
@@ -91,3 +91,11 @@ def cold_unavailable(exc: Exception) -> TierUnavailableError:
     error = TierUnavailableError(f"Postgres (cold tier) is unavailable: {exc}", tier="cold")
     error.__cause__ = exc
     return error
+
+
+def not_set_up(exc: Exception) -> SchemaVersionError:
+    """The public error for a table that does not exist yet."""
+    return SchemaVersionError(
+        f"the saver's tables are missing ({exc}): call saver.setup() once, or run "
+        "`langgraph-durable migrate`"
+    )

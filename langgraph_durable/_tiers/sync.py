@@ -6,6 +6,7 @@ import time
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.errors
 import psycopg_pool
 import redis
 
@@ -16,6 +17,7 @@ from langgraph_durable._tiers.common import (
     SCRIPTS,
     cold_unavailable,
     hot_unavailable,
+    not_set_up,
     postgres_options,
     redis_options,
 )
@@ -84,6 +86,8 @@ class Tiers:
             raise cold_unavailable(exc) from exc
         except COLD_ERRORS as exc:
             raise cold_unavailable(exc) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise not_set_up(exc) from exc
 
     @staticmethod
     def _execute(conn: psycopg.Connection[Any], statement: Any) -> Any:
