@@ -105,8 +105,13 @@ class SaverConfig:
                 f"postgres_url must be a postgresql:// URL or libpq conninfo, "
                 f"got {self.postgres_url!r}"
             )
-        for name in ("hot_ttl", "write_deadline", "pool_timeout", "breaker_cooldown",
-                     "reclaim_after"):
+        for name in (
+            "hot_ttl",
+            "write_deadline",
+            "pool_timeout",
+            "breaker_cooldown",
+            "reclaim_after",
+        ):
             if seconds(getattr(self, name)) < 0:
                 raise ConfigurationError(f"{name} must not be negative")
         if seconds(self.flush_interval) <= 0:

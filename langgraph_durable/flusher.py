@@ -41,8 +41,9 @@ class BackgroundFlusher:
     def __init__(self, saver: DurableSaver) -> None:
         self._saver = saver
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="langgraph-durable-flusher",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="langgraph-durable-flusher", daemon=True
+        )
         self.failures = 0
         self.last_error: str | None = None
 
@@ -72,8 +73,9 @@ class BackgroundFlusher:
             self._thread.join(timeout=30)
 
 
-def run_flusher(saver: DurableSaver, *, follow: bool = False,
-                stop: threading.Event | None = None) -> int:
+def run_flusher(
+    saver: DurableSaver, *, follow: bool = False, stop: threading.Event | None = None
+) -> int:
     """Standalone worker (``python -m langgraph_durable flush [--follow]``).
 
     Drains the journal and returns; with ``follow``, keeps draining every

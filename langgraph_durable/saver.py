@@ -77,8 +77,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         self.config = SaverConfig.from_env(
-            redis_url=redis_url, postgres_url=postgres_url, write_mode=write_mode,
-            key_prefix=key_prefix, schema=schema, **options,
+            redis_url=redis_url,
+            postgres_url=postgres_url,
+            write_mode=write_mode,
+            key_prefix=key_prefix,
+            schema=schema,
+            **options,
         )
         self._ctx = Context(
             config=self.config,
@@ -208,8 +212,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
             try:
                 self.flush(timeout=seconds(self.config.pool_timeout))
             except (TierUnavailableError, TimeoutError) as exc:
-                logger.warning("close: acknowledged writes left in Redis for a later "
-                               "flusher: %s", exc)
+                logger.warning(
+                    "close: acknowledged writes left in Redis for a later flusher: %s", exc
+                )
         if self._ledger is not None:
             self._ledger.close()
         with self._lock:
@@ -230,21 +235,30 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def __enter__(self) -> DurableSaver:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     async def __aenter__(self) -> DurableSaver:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, redis_url: str, postgres_url: str,
-                         **options: Any) -> Iterator[DurableSaver]:
+    def from_conn_string(
+        cls, redis_url: str, postgres_url: str, **options: Any
+    ) -> Iterator[DurableSaver]:
         """A saver for the two URLs, set up, closed on exit (like `PostgresSaver`'s)."""
         saver = cls(redis_url, postgres_url, **options)
         try:
@@ -255,8 +269,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     @classmethod
     @asynccontextmanager
-    async def afrom_conn_string(cls, redis_url: str, postgres_url: str,
-                                **options: Any) -> AsyncIterator[DurableSaver]:
+    async def afrom_conn_string(
+        cls, redis_url: str, postgres_url: str, **options: Any
+    ) -> AsyncIterator[DurableSaver]:
         """Async twin of `from_conn_string`."""
         saver = cls(redis_url, postgres_url, **options)
         try:
@@ -275,23 +290,36 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async twin of `get_tuple`."""
         return await self._arun(ops.get_tuple(self._ctx, config))
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None,
-             limit: int | None = None) -> Iterator[CheckpointTuple]:
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; ``filter`` matches metadata, ``limit`` runs in SQL."""
-        yield from self._run(ops.list_checkpoints(
-            self._ctx, config, filter=filter, before=before, limit=limit))
+        yield from self._run(
+            ops.list_checkpoints(self._ctx, config, filter=filter, before=before, limit=limit)
+        )
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None,
-                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
         """Async twin of `list`."""
-        for item in await self._arun(ops.list_checkpoints(
-                self._ctx, config, filter=filter, before=before, limit=limit)):
+        for item in await self._arun(
+            ops.list_checkpoints(self._ctx, config, filter=filter, before=before, limit=limit)
+        ):
             yield item
 
-    def get_delta_channel_history(self, *, config: RunnableConfig,
-                                  channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
         """Writes and seed of each channel along the parent chain, in a few round trips."""
         return self._run(ops.delta_channel_history(self._ctx, config, channels))
 
@@ -303,29 +331,49 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ writes
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """Store a checkpoint and the channel versions it introduces."""
         if self._background and self._flusher is None:
             self._start_flusher()
         return self._run(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """Async twin of `put`."""
         if self._background and self._flusher is None:
             self._start_flusher()
         return await self._arun(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                   task_id: str, task_path: str = "") -> None:
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         """Store a task's pending writes (special channels replace, others first-write-wins)."""
         if self._background and self._flusher is None:
             self._start_flusher()
         self._run(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         """Async twin of `put_writes`."""
         if self._background and self._flusher is None:
             self._start_flusher()

@@ -2,7 +2,6 @@
 queries, whatever the chain's length.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +27,9 @@ from langgraph_durable._core.requests import Cold, Context, Op
 from langgraph_durable.errors import TierUnavailableError
 
 
-def delta_channel_history(ctx: Context, config: RunnableConfig,
-                          channels: Sequence[str]) -> Op[dict[str, DeltaChannelHistory]]:
+def delta_channel_history(
+    ctx: Context, config: RunnableConfig, channels: Sequence[str]
+) -> Op[dict[str, DeltaChannelHistory]]:
     """Per-channel writes and seed along the parent chain, in two or three round trips
     whatever the chain's length (the default walks one `get_tuple` per ancestor)."""
     if not channels:
@@ -49,9 +49,13 @@ def delta_channel_history(ctx: Context, config: RunnableConfig,
             return {ch: {"writes": []} for ch in channels}
         target = latest.config["configurable"]["checkpoint_id"]
     base = {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns}
-    chain = (yield Cold.one(ctx.statements.delta_chain_sql,
-                            {**base, "checkpoint_id": target, "channels": list(channels)},
-                            fetch=True))[0]
+    chain = (
+        yield Cold.one(
+            ctx.statements.delta_chain_sql,
+            {**base, "checkpoint_id": target, "channels": list(channels)},
+            fetch=True,
+        )
+    )[0]
     remaining = set(channels)
     walked: dict[str, list[str]] = {ch: [] for ch in channels}
     seed_at: dict[str, str] = {}
@@ -66,13 +70,22 @@ def delta_channel_history(ctx: Context, config: RunnableConfig,
     needed_ids = sorted({cid for ids in walked.values() for cid in ids})
     writes_rows = []
     if needed_ids:
-        writes_rows = (yield Cold.one(ctx.statements.delta_writes_sql, {
-            **base, "checkpoint_ids": needed_ids, "channels": list(channels)}, fetch=True))[0]
+        writes_rows = (
+            yield Cold.one(
+                ctx.statements.delta_writes_sql,
+                {**base, "checkpoint_ids": needed_ids, "channels": list(channels)},
+                fetch=True,
+            )
+        )[0]
     seeds: dict[str, Any] = {}
     if seed_at:
-        seed_rows = (yield Cold.one(ctx.statements.delta_seeds_sql, {
-            **base, "seed_ids": list(seed_at.values()), "seed_channels": list(seed_at)},
-            fetch=True))[0]
+        seed_rows = (
+            yield Cold.one(
+                ctx.statements.delta_seeds_sql,
+                {**base, "seed_ids": list(seed_at.values()), "seed_channels": list(seed_at)},
+                fetch=True,
+            )
+        )[0]
         for row in seed_rows:
             seeds[row["channel"]] = _load_frame(ctx, where, row["blob"], row["channel"])
     order = {cid: depth for depth, cid in enumerate(r["checkpoint_id"] for r in chain)}
@@ -81,19 +94,24 @@ def delta_channel_history(ctx: Context, config: RunnableConfig,
         on_path = set(walked[ch])
         mine = [r for r in writes_rows if r["channel"] == ch and r["checkpoint_id"] in on_path]
         # oldest ancestor first; within one checkpoint, live execution's order
-        mine.sort(key=lambda r: (-order[r["checkpoint_id"]],
-                                 writes_sort_key(r["task_path"], r["task_id"], r["idx"])))
-        entry: DeltaChannelHistory = {"writes": [
-            (r["task_id"], ch, _load_frame(ctx, where, r["blob"], ch)) for r in mine
-        ]}
+        mine.sort(
+            key=lambda r: (
+                -order[r["checkpoint_id"]],
+                writes_sort_key(r["task_path"], r["task_id"], r["idx"]),
+            )
+        )
+        entry: DeltaChannelHistory = {
+            "writes": [(r["task_id"], ch, _load_frame(ctx, where, r["blob"], ch)) for r in mine]
+        }
         if ch in seeds:
             entry["seed"] = seeds[ch]
         result[ch] = entry
     return result
 
 
-def _walk_delta_history(ctx: Context, config: RunnableConfig,
-                        channels: Sequence[str]) -> Op[dict[str, DeltaChannelHistory]]:
+def _walk_delta_history(
+    ctx: Context, config: RunnableConfig, channels: Sequence[str]
+) -> Op[dict[str, DeltaChannelHistory]]:
     """LangGraph's reference walk, one `get_tuple` per ancestor: served by Redis when
     Postgres is unreachable in write-behind mode."""
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
@@ -125,8 +143,9 @@ def _load_frame(ctx: Context, where: Location, frame: bytes, channel: str) -> An
     try:
         return ctx.serde.loads_typed(decode_frame(frame))
     except (FrameError, Exception) as exc:
-        raise corrupt(where, where.checkpoint_id or "", Damaged("blob", str(exc), channel),
-                      "cold") from exc
+        raise corrupt(
+            where, where.checkpoint_id or "", Damaged("blob", str(exc), channel), "cold"
+        ) from exc
 
 
 PendingWrites = list[PendingWrite]

@@ -10,7 +10,6 @@ transaction, marks the thread's hot copy stale; the marks are applied before Red
 trusted again (`recover_hot`).
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -57,8 +56,9 @@ def stale_mark(ctx: Context, thread_id: str) -> Statement:
     return Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id})
 
 
-def commit(ctx: Context, token: str | None, thread_ids: Sequence[str],
-            statements: Sequence[Statement]) -> Op[list[Any]]:
+def commit(
+    ctx: Context, token: str | None, thread_ids: Sequence[str], statements: Sequence[Statement]
+) -> Op[list[Any]]:
     """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too."""
     marks = [] if token is not None else [stale_mark(ctx, t) for t in thread_ids]
     result: list[Any] = yield Cold((*statements, *marks))
@@ -78,17 +78,22 @@ def recover_hot(ctx: Context) -> Op[bool]:
             for row in rows:
                 keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
                 yield Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [""])
-            yield Cold.one(ctx.statements.clear_hot_stale_sql, {
-                "thread_ids": [r["thread_id"] for r in rows],
-                "before": max(r["at"] for r in rows),
-            })
+            yield Cold.one(
+                ctx.statements.clear_hot_stale_sql,
+                {
+                    "thread_ids": [r["thread_id"] for r in rows],
+                    "before": max(r["at"] for r in rows),
+                },
+            )
             dropped += len(rows)
     except TierUnavailableError as exc:
         logger.debug("hot tier still unavailable: %s", exc)
         ctx.breaker.failure()
         return False
-    logger.warning("hot tier back; dropped the hot copy of %d threads written while it "
-                   "was unavailable", dropped)
+    logger.warning(
+        "hot tier back; dropped the hot copy of %d threads written while it was unavailable",
+        dropped,
+    )
     ctx.breaker.recovered()
     return True
 

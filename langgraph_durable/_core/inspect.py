@@ -126,42 +126,78 @@ class CheckpointSize:
         return self.checkpoint_bytes + self.blob_bytes + self.write_bytes
 
 
-def thread_summaries(schema: str, *, thread_ids: Sequence[str] | None = None,
-                     limit: int = 50) -> Op[tuple[int, list[ThreadSummary]]]:
+def thread_summaries(
+    schema: str, *, thread_ids: Sequence[str] | None = None, limit: int = 50
+) -> Op[tuple[int, list[ThreadSummary]]]:
     """The schema's thread count and up to ``limit`` threads, most recently active first."""
-    count_rows, rows = (yield Cold((
-        Statement(render(THREAD_COUNT_SQL, schema), {}, fetch=True),
-        Statement(render(THREAD_SUMMARY_SQL, schema), {
-            "thread_ids": list(thread_ids) if thread_ids is not None else None,
-            "limit": limit,
-        }, fetch=True),
-    )))
+    count_rows, rows = yield Cold(
+        (
+            Statement(render(THREAD_COUNT_SQL, schema), {}, fetch=True),
+            Statement(
+                render(THREAD_SUMMARY_SQL, schema),
+                {
+                    "thread_ids": list(thread_ids) if thread_ids is not None else None,
+                    "limit": limit,
+                },
+                fetch=True,
+            ),
+        )
+    )
     summaries = [
-        ThreadSummary(r["thread_id"], int(r["checkpoints"]), int(r["namespaces"]),
-                      r["last_update"], int(r["bytes"]))
+        ThreadSummary(
+            r["thread_id"],
+            int(r["checkpoints"]),
+            int(r["namespaces"]),
+            r["last_update"],
+            int(r["bytes"]),
+        )
         for r in rows
     ]
     return int(count_rows[0]["threads"]), summaries
 
 
-def checkpoint_sizes(schema: str, thread_id: str, *, checkpoint_ns: str | None = None,
-                     limit: int | None = None) -> Op[list[CheckpointSize]]:
+def checkpoint_sizes(
+    schema: str, thread_id: str, *, checkpoint_ns: str | None = None, limit: int | None = None
+) -> Op[list[CheckpointSize]]:
     """The bytes each checkpoint of a thread added, newest first."""
-    rows = (yield Cold.one(render(CHECKPOINT_SIZES_SQL, schema), {
-        "thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "limit": limit,
-    }, fetch=True))[0]
+    rows = (
+        yield Cold.one(
+            render(CHECKPOINT_SIZES_SQL, schema),
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "limit": limit,
+            },
+            fetch=True,
+        )
+    )[0]
     return [
-        CheckpointSize(r["checkpoint_ns"], r["checkpoint_id"], r["created_at"],
-                       int(r["checkpoint_bytes"]), int(r["blob_bytes"]), int(r["write_bytes"]))
+        CheckpointSize(
+            r["checkpoint_ns"],
+            r["checkpoint_id"],
+            r["created_at"],
+            int(r["checkpoint_bytes"]),
+            int(r["blob_bytes"]),
+            int(r["write_bytes"]),
+        )
         for r in rows
     ]
 
 
-def match_checkpoint(schema: str, thread_id: str, checkpoint_ns: str,
-                     fragment: str) -> Op[list[str]]:
+def match_checkpoint(
+    schema: str, thread_id: str, checkpoint_ns: str, fragment: str
+) -> Op[list[str]]:
     """Ids of the thread's checkpoints containing ``fragment`` (at most 10, newest first)."""
     escaped = fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    rows = (yield Cold.one(render(MATCH_CHECKPOINT_SQL, schema), {
-        "thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "pattern": f"%{escaped}%",
-    }, fetch=True))[0]
+    rows = (
+        yield Cold.one(
+            render(MATCH_CHECKPOINT_SQL, schema),
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "pattern": f"%{escaped}%",
+            },
+            fetch=True,
+        )
+    )[0]
     return [str(r["checkpoint_id"]) for r in rows]

@@ -26,18 +26,32 @@ GROUP = "flushers"
 
 def pack_checkpoint_entry(stored: StoredCheckpoint) -> bytes:
     w = stored.where
-    return ormsgpack.packb([
-        "c", w.thread_id, w.checkpoint_ns, stored.checkpoint_id, stored.parent_id,
-        stored.run_id, stored.frame, stored.channel_versions, stored.metadata,
-        [list(b) for b in stored.blobs],
-    ])
+    return ormsgpack.packb(
+        [
+            "c",
+            w.thread_id,
+            w.checkpoint_ns,
+            stored.checkpoint_id,
+            stored.parent_id,
+            stored.run_id,
+            stored.frame,
+            stored.channel_versions,
+            stored.metadata,
+            [list(b) for b in stored.blobs],
+        ]
+    )
 
 
 def pack_writes_entry(where: Location, stored: Sequence[StoredWrite]) -> bytes:
-    return ormsgpack.packb([
-        "w", where.thread_id, where.checkpoint_ns, where.checkpoint_id,
-        [[w.task_id, w.idx, w.channel, w.task_path, w.frame] for w in stored],
-    ])
+    return ormsgpack.packb(
+        [
+            "w",
+            where.thread_id,
+            where.checkpoint_ns,
+            where.checkpoint_id,
+            [[w.task_id, w.idx, w.channel, w.task_path, w.frame] for w in stored],
+        ]
+    )
 
 
 @dataclass(slots=True)
@@ -104,24 +118,52 @@ class _Batch:
         out = []
         if self.blobs:
             keys, frames = list(self.blobs), list(self.blobs.values())
-            out.append(Statement(st.flush_blobs_sql, {
-                "thread_ids": [k[0] for k in keys], "namespaces": [k[1] for k in keys],
-                "channels": [k[2] for k in keys], "versions": [k[3] for k in keys],
-                "blobs": frames}))
+            out.append(
+                Statement(
+                    st.flush_blobs_sql,
+                    {
+                        "thread_ids": [k[0] for k in keys],
+                        "namespaces": [k[1] for k in keys],
+                        "channels": [k[2] for k in keys],
+                        "versions": [k[3] for k in keys],
+                        "blobs": frames,
+                    },
+                )
+            )
         if self.checkpoints:
             rows = list(self.checkpoints.values())
-            names = ("thread_ids", "namespaces", "checkpoint_ids", "parent_ids", "run_ids",
-                     "checkpoints", "channel_versions", "metadata")
-            out.append(Statement(st.flush_checkpoints_sql,
-                                 {n: [r[i] for r in rows] for i, n in enumerate(names)}))
-        names = ("thread_ids", "namespaces", "checkpoint_ids", "task_ids", "idxs", "channels",
-                 "task_paths", "blobs")
-        for rows_by_key, query in ((self.writes, st.flush_writes_sql),
-                                   (self.special, st.flush_special_writes_sql)):
+            names = (
+                "thread_ids",
+                "namespaces",
+                "checkpoint_ids",
+                "parent_ids",
+                "run_ids",
+                "checkpoints",
+                "channel_versions",
+                "metadata",
+            )
+            out.append(
+                Statement(
+                    st.flush_checkpoints_sql, {n: [r[i] for r in rows] for i, n in enumerate(names)}
+                )
+            )
+        names = (
+            "thread_ids",
+            "namespaces",
+            "checkpoint_ids",
+            "task_ids",
+            "idxs",
+            "channels",
+            "task_paths",
+            "blobs",
+        )
+        for rows_by_key, query in (
+            (self.writes, st.flush_writes_sql),
+            (self.special, st.flush_special_writes_sql),
+        ):
             if rows_by_key:
                 rows = list(rows_by_key.values())
-                out.append(Statement(query, {n: [r[i] for r in rows]
-                                             for i, n in enumerate(names)}))
+                out.append(Statement(query, {n: [r[i] for r in rows] for i, n in enumerate(names)}))
         return tuple(out)
 
 
@@ -137,9 +179,11 @@ def _plan(ctx: Context, entries: list[Entry]) -> _Batch:
             if e.kind == "c":
                 key = (e.thread_id, e.ns)
                 newest[key] = max(newest.get(key, ""), e.checkpoint_id)
-    skipped = {(e.thread_id, e.ns, e.checkpoint_id) for e in entries
-               if e.kind == "c" and newest.get((e.thread_id, e.ns), e.checkpoint_id)
-               != e.checkpoint_id}
+    skipped = {
+        (e.thread_id, e.ns, e.checkpoint_id)
+        for e in entries
+        if e.kind == "c" and newest.get((e.thread_id, e.ns), e.checkpoint_id) != e.checkpoint_id
+    }
     for e in entries:
         if e.kind == "c":
             if (e.thread_id, e.ns, e.checkpoint_id) in skipped:
@@ -155,9 +199,16 @@ def flush_batch(ctx: Context) -> Op[int]:
     """Move one batch of journal entries to Postgres; returns how many it moved."""
     prefix = ctx.config.key_prefix
     journal = journal_key(prefix)
-    raw = yield Hot("flush_read", [journal], [
-        GROUP, ctx.consumer, ctx.config.flush_batch,
-        int(seconds(ctx.config.reclaim_after) * 1000)])
+    raw = yield Hot(
+        "flush_read",
+        [journal],
+        [
+            GROUP,
+            ctx.consumer,
+            ctx.config.flush_batch,
+            int(seconds(ctx.config.reclaim_after) * 1000),
+        ],
+    )
     if not raw:
         return 0
     entries = [_decode(r) for r in raw]
@@ -167,8 +218,7 @@ def flush_batch(ctx: Context) -> Op[int]:
     ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms]
     for e in entries:
         keys = ThreadKeys(prefix, e.thread_id)
-        ack += [e.id, keys.unflushed, keys.unflushed_member(e.ns, e.checkpoint_id),
-                keys.registry]
+        ack += [e.id, keys.unflushed, keys.unflushed_member(e.ns, e.checkpoint_id), keys.registry]
     yield Hot("flush_ack", [journal], ack)
     return len(entries)
 
@@ -195,6 +245,7 @@ def flush(ctx: Context, timeout: float | None) -> Op[int]:
         if not oldest or stream_order(oldest) > stream_order(target):
             return moved
         if timeout is not None and time.monotonic() - started >= timeout:
-            raise TimeoutError(f"flush: entries up to {target} still unflushed after "
-                               f"{timeout:.1f} s")
+            raise TimeoutError(
+                f"flush: entries up to {target} still unflushed after {timeout:.1f} s"
+            )
         yield Pause(0.005)

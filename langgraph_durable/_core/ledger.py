@@ -225,8 +225,13 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
                 if marked is not None:
                     logger.warning(
                         "tool call %s (%s, thread %r) was interrupted mid-call (owner %s %s); "
-                        "its outcome is uncertain", record.key, record.tool, record.thread_id,
-                        record.lease_owner, "is gone" if dead else "let its lease run out")
+                        "its outcome is uncertain",
+                        record.key,
+                        record.tool,
+                        record.thread_id,
+                        record.lease_owner,
+                        "is gone" if dead else "let its lease run out",
+                    )
                     seen = marked
                     continue
             else:
@@ -234,7 +239,9 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
                     raise ToolCallInProgressError(
                         f"tool call {record.key} ({record.tool}) is running in "
                         f"{record.lease_owner} (lease until {record.lease_expires_at}); "
-                        f"waited {waited:.1f}s", key=record.key)
+                        f"waited {waited:.1f}s",
+                        key=record.key,
+                    )
                 delay = max(0.005, min(_POLL.compute(polls), spec.policy.wait - waited))
                 polls, waited = polls + 1, waited + delay
                 yield Pause(delay)
@@ -255,10 +262,17 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
 def _claim(ctx: Context, spec: CallSpec) -> Op[_Seen]:
     window = spec.policy.duplicate_window if spec.call_ref is not None else None
     params = {
-        "key": spec.key, "thread_id": spec.thread_id, "checkpoint_ns": spec.checkpoint_ns,
-        "call_ref": spec.call_ref, "tool_call_id": spec.tool_call_id, "task_id": spec.task_id,
-        "tool": spec.tool, "fingerprint": spec.fingerprint, "owner": spec.owner,
-        "lease": spec.policy.lease, "dup_window": window,
+        "key": spec.key,
+        "thread_id": spec.thread_id,
+        "checkpoint_ns": spec.checkpoint_ns,
+        "call_ref": spec.call_ref,
+        "tool_call_id": spec.tool_call_id,
+        "task_id": spec.task_id,
+        "tool": spec.tool,
+        "fingerprint": spec.fingerprint,
+        "owner": spec.owner,
+        "lease": spec.policy.lease,
+        "dup_window": window,
     }
     while True:  # no row: a concurrent claim committed after our snapshot; it is visible now
         rows = (yield Cold.one(statements(ctx.config.schema).claim, params, fetch=True))[0]
@@ -278,7 +292,8 @@ def _check_same_call(spec: CallSpec, record: LedgerRecord) -> None:
             f"idempotency key {spec.key} was used by {record.tool!r} with other {what} "
             f"(recorded fingerprint {record.args_fingerprint[:12]}, this call "
             f"{spec.tool!r} {spec.fingerprint[:12]}); refusing to replay or re-run",
-            key=spec.key)
+            key=spec.key,
+        )
 
 
 def _replay(seen: _Seen) -> Any:
@@ -286,8 +301,10 @@ def _replay(seen: _Seen) -> Any:
     if not seen.has_result:
         raise SerializationError(
             f"tool call {record.key} ({record.tool}) succeeded but its result could not be "
-            f"stored ({record.error}); it will not run again", thread_id=record.thread_id,
-            channel=f"ledger:{record.key}")
+            f"stored ({record.error}); it will not run again",
+            thread_id=record.thread_id,
+            channel=f"ledger:{record.key}",
+        )
     logger.debug("tool call %s (%s) replayed from the ledger", record.key, record.tool)
     return record.result
 
@@ -295,21 +312,38 @@ def _replay(seen: _Seen) -> Any:
 def _fresh(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
     """A call we just claimed; first, the probable-duplicate check."""
     if record.duplicate_of is not None:
-        note = (f"tool call {record.key} ({record.tool}, thread {record.thread_id!r}) has the "
-                f"same arguments as {record.duplicate_of}, which succeeded moments ago: "
-                "probably the model re-ran after a lost step")
+        note = (
+            f"tool call {record.key} ({record.tool}, thread {record.thread_id!r}) has the "
+            f"same arguments as {record.duplicate_of}, which succeeded moments ago: "
+            "probably the model re-ran after a lost step"
+        )
         mode = spec.policy.on_duplicate
         if mode == "replay":
-            rows = (yield Cold.one(statements(ctx.config.schema).replay_duplicate, {
-                "key": spec.key, "owner": spec.owner, "duplicate_of": record.duplicate_of,
-            }, fetch=True))[0]
+            rows = (
+                yield Cold.one(
+                    statements(ctx.config.schema).replay_duplicate,
+                    {
+                        "key": spec.key,
+                        "owner": spec.owner,
+                        "duplicate_of": record.duplicate_of,
+                    },
+                    fetch=True,
+                )
+            )[0]
             if rows:
                 logger.warning("%s; replaying its result", note)
                 return _replay(_seen(ctx, rows[0]))
         elif mode == "raise":
             error = IdempotencyConflictError(note, key=spec.key)
-            yield from _finish(ctx, spec, record.attempts, status="failed", error=str(error),
-                               error_type=error_type(error), retryable=False)
+            yield from _finish(
+                ctx,
+                spec,
+                record.attempts,
+                status="failed",
+                error=str(error),
+                error_type=error_type(error),
+                retryable=False,
+            )
             raise error
         logger.warning("%s; running it (on_duplicate=%r)", note, mode)
     return (yield from _execute(ctx, spec, record))
@@ -324,65 +358,126 @@ def _execute(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
         except Exception as exc:  # the effect happened: record that, without the value
             note = f"result not stored: {type(exc).__name__}: {exc}"
             logger.error("tool call %s (%s): %s", spec.key, spec.tool, note)
-        yield from _finish(ctx, spec, record.attempts, status="succeeded", result=frame,
-                           error=note)
+        yield from _finish(ctx, spec, record.attempts, status="succeeded", result=frame, error=note)
         return outcome.value
     assert isinstance(outcome, Raised)
     error = outcome.error
     if outcome.kind == "paused":
-        yield from _finish(ctx, spec, record.attempts, status="failed", retryable=True,
-                           error=f"paused by {type(error).__name__}; runs again on resume",
-                           error_type=error_type(error))
+        yield from _finish(
+            ctx,
+            spec,
+            record.attempts,
+            status="failed",
+            retryable=True,
+            error=f"paused by {type(error).__name__}; runs again on resume",
+            error_type=error_type(error),
+        )
     elif outcome.kind == "error":
-        yield from _finish(ctx, spec, record.attempts, status="failed",
-                           retryable=outcome.retryable, error=str(error) or repr(error),
-                           error_type=error_type(error))
+        yield from _finish(
+            ctx,
+            spec,
+            record.attempts,
+            status="failed",
+            retryable=outcome.retryable,
+            error=str(error) or repr(error),
+            error_type=error_type(error),
+        )
     raise error
 
 
-def _finish(ctx: Context, spec: CallSpec, attempts: int, *, status: Status,
-            result: bytes | None = None, error: str | None = None,
-            error_type: str | None = None, retryable: bool | None = None) -> Op[bool]:
+def _finish(
+    ctx: Context,
+    spec: CallSpec,
+    attempts: int,
+    *,
+    status: Status,
+    result: bytes | None = None,
+    error: str | None = None,
+    error_type: str | None = None,
+    retryable: bool | None = None,
+) -> Op[bool]:
     """Record our attempt's outcome, retrying a lost connection a few times."""
-    request = Cold.one(statements(ctx.config.schema).finish, {
-        "key": spec.key, "attempts": attempts, "owner": spec.owner, "status": status,
-        "result": result, "error": error, "error_type": error_type, "retryable": retryable,
-    }, fetch=True)
+    request = Cold.one(
+        statements(ctx.config.schema).finish,
+        {
+            "key": spec.key,
+            "attempts": attempts,
+            "owner": spec.owner,
+            "status": status,
+            "result": result,
+            "error": error,
+            "error_type": error_type,
+            "retryable": retryable,
+        },
+        fetch=True,
+    )
     for failures in range(_FINISH_TRIES):
         try:
             rows = (yield request)[0]
         except TierUnavailableError:
             if failures + 1 == _FINISH_TRIES:
-                logger.error("tool call %s (%s): could not record %s; its lease will run out "
-                             "and the call become uncertain", spec.key, spec.tool, status)
+                logger.error(
+                    "tool call %s (%s): could not record %s; its lease will run out "
+                    "and the call become uncertain",
+                    spec.key,
+                    spec.tool,
+                    status,
+                )
                 raise
             yield Pause(_FINISH_RETRY.compute(failures))
             continue
         if not rows:
-            logger.warning("tool call %s (%s): attempt %d lost its lease to another worker; "
-                           "its outcome (%s) was not recorded", spec.key, spec.tool, attempts,
-                           status)
+            logger.warning(
+                "tool call %s (%s): attempt %d lost its lease to another worker; "
+                "its outcome (%s) was not recorded",
+                spec.key,
+                spec.tool,
+                attempts,
+                status,
+            )
         return bool(rows)
     return False
 
 
 def _reclaim(ctx: Context, spec: CallSpec, record: LedgerRecord) -> Op[LedgerRecord | None]:
-    rows = (yield Cold.one(statements(ctx.config.schema).reclaim, {
-        "key": spec.key, "from_status": record.status, "attempts": record.attempts,
-        "owner": spec.owner, "lease": spec.policy.lease,
-    }, fetch=True))[0]
+    rows = (
+        yield Cold.one(
+            statements(ctx.config.schema).reclaim,
+            {
+                "key": spec.key,
+                "from_status": record.status,
+                "attempts": record.attempts,
+                "owner": spec.owner,
+                "lease": spec.policy.lease,
+            },
+            fetch=True,
+        )
+    )[0]
     if not rows:
         return None
-    logger.info("tool call %s (%s): attempt %d (was %s)", spec.key, spec.tool,
-                record.attempts + 1, record.status)
+    logger.info(
+        "tool call %s (%s): attempt %d (was %s)",
+        spec.key,
+        spec.tool,
+        record.attempts + 1,
+        record.status,
+    )
     return _seen(ctx, rows[0]).record
 
 
 def _mark_uncertain(ctx: Context, record: LedgerRecord, *, force: bool) -> Op[_Seen | None]:
-    rows = (yield Cold.one(statements(ctx.config.schema).mark_uncertain, {
-        "key": record.key, "attempts": record.attempts, "lease_owner": record.lease_owner,
-        "force": force,
-    }, fetch=True))[0]
+    rows = (
+        yield Cold.one(
+            statements(ctx.config.schema).mark_uncertain,
+            {
+                "key": record.key,
+                "attempts": record.attempts,
+                "lease_owner": record.lease_owner,
+                "force": force,
+            },
+            fetch=True,
+        )
+    )[0]
     return _seen(ctx, rows[0]) if rows else None
 
 
@@ -391,8 +486,9 @@ def _settle(ctx: Context, spec: CallSpec, seen: _Seen) -> CallOp[tuple[Any] | No
     record = seen.record
     resolution = None
     if spec.policy.verify:
-        resolution = parse_resolution((yield Verify(spec.key, spec.args)), key=spec.key,
-                                      source="verify")
+        resolution = parse_resolution(
+            (yield Verify(spec.key, spec.args)), key=spec.key, source="verify"
+        )
     if resolution is None:
         if spec.policy.on_uncertain == "raise":
             raise ToolOutcomeUncertainError(
@@ -400,20 +496,25 @@ def _settle(ctx: Context, spec: CallSpec, seen: _Seen) -> CallOp[tuple[Any] | No
                 f"mid-call by a crash (attempt {record.attempts}, owner {record.lease_owner}); "
                 "whether its effect happened is unknown. Settle it with saver.ledger.resolve("
                 "key, 'succeeded' | 'failed' | 'retry') or give the tool verify= / "
-                "idempotent=True / on_uncertain='interrupt'", key=spec.key)
+                "idempotent=True / on_uncertain='interrupt'",
+                key=spec.key,
+            )
         if spec.policy.on_uncertain == "retry":
             resolution = Resolution("retry")
         else:
             answer = yield Ask(interrupt_payload(spec, record))
             resolution = parse_resolution(answer, key=spec.key, source="the interrupt's resume")
             if resolution is None:
-                raise ConfigurationError(f"resume value for tool call {spec.key} is None; "
-                                         "answer 'succeeded', 'failed' or 'retry'")
+                raise ConfigurationError(
+                    f"resume value for tool call {spec.key} is None; "
+                    "answer 'succeeded', 'failed' or 'retry'"
+                )
     if resolution.outcome == "retry":
         taken = yield from _reclaim(ctx, spec, record)
         return None if taken is None else ((yield from _execute(ctx, spec, taken)),)
-    settled = yield from resolve(ctx, spec.key, resolution, attempts=record.attempts,
-                                 tool=spec.tool)
+    settled = yield from resolve(
+        ctx, spec.key, resolution, attempts=record.attempts, tool=spec.tool
+    )
     if settled is None:
         return None
     if settled.status == "succeeded":
@@ -426,12 +527,12 @@ def interrupt_payload(spec: CallSpec, record: LedgerRecord) -> dict[str, Any]:
     return {
         "type": INTERRUPT_TYPE,
         "question": f"Tool {spec.tool!r} was interrupted mid-call by a crash. "
-                    "Did its effect happen?",
+        "Did its effect happen?",
         "answers": {
             "succeeded": "it happened: record it and do not run it again "
-                         "(optionally {'outcome': 'succeeded', 'result': ...})",
+            "(optionally {'outcome': 'succeeded', 'result': ...})",
             "failed": "it failed: record the failure and raise it "
-                      "(optionally {'outcome': 'failed', 'error': '...'})",
+            "(optionally {'outcome': 'failed', 'error': '...'})",
             "retry": "it did not happen: run it again with the same idempotency key",
         },
         "key": spec.key,
@@ -448,8 +549,14 @@ def interrupt_payload(spec: CallSpec, record: LedgerRecord) -> dict[str, Any]:
 # -------------------------------------------------------------- inspection and settling
 
 
-def resolve(ctx: Context, key: str, resolution: Resolution, *, attempts: int | None = None,
-            tool: str | None = None) -> Op[LedgerRecord | None]:
+def resolve(
+    ctx: Context,
+    key: str,
+    resolution: Resolution,
+    *,
+    attempts: int | None = None,
+    tool: str | None = None,
+) -> Op[LedgerRecord | None]:
     """Settle an uncertain call (or a started one whose lease ran out).
 
     ``"retry"`` records a retryable failure, so the next execution runs the tool again.
@@ -460,24 +567,41 @@ def resolve(ctx: Context, key: str, resolution: Resolution, *, attempts: int | N
     """
     frame, error, etype, retryable = None, None, None, None
     if resolution.outcome == "succeeded":
-        value = resolution.result if resolution.has_result else (
-            f"{tool or 'the tool'} completed: its outcome was confirmed after an "
-            "interrupted attempt (the original result was not kept)")
+        value = (
+            resolution.result
+            if resolution.has_result
+            else (
+                f"{tool or 'the tool'} completed: its outcome was confirmed after an "
+                "interrupted attempt (the original result was not kept)"
+            )
+        )
         try:
             frame = encode_result(ctx.serde, value)
         except Exception as exc:
-            raise SerializationError(f"cannot serialize the result given for {key}: {exc}",
-                                     channel=f"ledger:{key}") from exc
+            raise SerializationError(
+                f"cannot serialize the result given for {key}: {exc}", channel=f"ledger:{key}"
+            ) from exc
     else:
         retryable = resolution.outcome == "retry"
-        error = resolution.error or ("settled for retry" if retryable else
-                                     "settled as failed after an interrupted attempt")
+        error = resolution.error or (
+            "settled for retry" if retryable else "settled as failed after an interrupted attempt"
+        )
         etype = f"{ToolCallError.__module__}:{ToolCallError.__qualname__}"
-    rows = (yield Cold.one(statements(ctx.config.schema).resolve, {
-        "key": key, "attempts": attempts,
-        "status": "succeeded" if resolution.outcome == "succeeded" else "failed",
-        "result": frame, "error": error, "error_type": etype, "retryable": retryable,
-    }, fetch=True))[0]
+    rows = (
+        yield Cold.one(
+            statements(ctx.config.schema).resolve,
+            {
+                "key": key,
+                "attempts": attempts,
+                "status": "succeeded" if resolution.outcome == "succeeded" else "failed",
+                "result": frame,
+                "error": error,
+                "error_type": etype,
+                "retryable": retryable,
+            },
+            fetch=True,
+        )
+    )[0]
     if not rows:
         return None
     logger.info("tool call %s settled: %s", key, resolution.outcome)
@@ -492,36 +616,47 @@ def get(ctx: Context, key: str) -> Op[LedgerRecord | None]:
 
 def list_thread(ctx: Context, thread_id: str) -> Op[list[LedgerRecord]]:
     """A thread's calls, oldest first."""
-    rows = (yield Cold.one(statements(ctx.config.schema).list, {"thread_id": thread_id},
-                           fetch=True))[0]
+    rows = (
+        yield Cold.one(statements(ctx.config.schema).list, {"thread_id": thread_id}, fetch=True)
+    )[0]
     return [_seen(ctx, row).record for row in rows]
 
 
 def counts(ctx: Context, thread_id: str | None) -> Op[dict[str, int]]:
     """Calls per status (every status present, zeros included)."""
-    rows = (yield Cold.one(statements(ctx.config.schema).count, {"thread_id": thread_id},
-                           fetch=True))[0]
+    rows = (
+        yield Cold.one(statements(ctx.config.schema).count, {"thread_id": thread_id}, fetch=True)
+    )[0]
     result = dict.fromkeys(get_args(Status), 0)
     result.update({row["status"]: row["n"] for row in rows})
     return result
 
 
-def heartbeat(ctx: Context, owner: str,
-              leases: Sequence[tuple[str, int, float]]) -> Op[set[str]]:
+def heartbeat(ctx: Context, owner: str, leases: Sequence[tuple[str, int, float]]) -> Op[set[str]]:
     """Extend the leases ``(key, attempt, seconds)`` of our running calls; returns the keys
     still ours."""
-    rows = (yield Cold.one(statements(ctx.config.schema).heartbeat, {
-        "owner": owner, "keys": [k for k, _, _ in leases],
-        "attempts": [a for _, a, _ in leases], "leases": [s for _, _, s in leases],
-    }, fetch=True))[0]
+    rows = (
+        yield Cold.one(
+            statements(ctx.config.schema).heartbeat,
+            {
+                "owner": owner,
+                "keys": [k for k, _, _ in leases],
+                "attempts": [a for _, a, _ in leases],
+                "leases": [s for _, _, s in leases],
+            },
+            fetch=True,
+        )
+    )[0]
     return {row["key"] for row in rows}
 
 
 def _seen(ctx: Context, row: dict[str, Any]) -> _Seen:
     frame = row["result"]
-    result = (decode_result(ctx.serde, frame, row["key"], row["thread_id"])
-              if frame is not None else None)
-    record = LedgerRecord(**{f.name: row[f.name] for f in dataclasses.fields(LedgerRecord)
-                             if f.name != "result"}, result=result)
-    return _Seen(record, bool(row.get("claimed")), bool(row["lease_expired"]),
-                 frame is not None)
+    result = (
+        decode_result(ctx.serde, frame, row["key"], row["thread_id"]) if frame is not None else None
+    )
+    record = LedgerRecord(
+        **{f.name: row[f.name] for f in dataclasses.fields(LedgerRecord) if f.name != "result"},
+        result=result,
+    )
+    return _Seen(record, bool(row.get("claimed")), bool(row["lease_expired"]), frame is not None)

@@ -45,8 +45,9 @@ def explicit_key(value: object) -> str:
 
 def fingerprint(args: Any) -> str:
     """sha256 of the canonical JSON (sorted keys, no spaces) of a call's arguments."""
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=_jsonable)
+    text = json.dumps(
+        args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 

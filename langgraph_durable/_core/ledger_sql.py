@@ -59,9 +59,24 @@ CREATE INDEX lgd_tool_calls_recent_idx
 # What every statement that returns records returns, in `LedgerRecord` order, plus whether
 # the lease has run out by the database's clock.
 COLUMNS = (
-    "key", "thread_id", "checkpoint_ns", "tool_call_id", "task_id", "tool", "args_fingerprint",
-    "status", "attempts", "result", "error", "error_type", "retryable", "lease_owner",
-    "lease_expires_at", "duplicate_of", "started_at", "finished_at",
+    "key",
+    "thread_id",
+    "checkpoint_ns",
+    "tool_call_id",
+    "task_id",
+    "tool",
+    "args_fingerprint",
+    "status",
+    "attempts",
+    "result",
+    "error",
+    "error_type",
+    "retryable",
+    "lease_owner",
+    "lease_expires_at",
+    "duplicate_of",
+    "started_at",
+    "finished_at",
 )
 _RECORD = (
     ", ".join(COLUMNS)

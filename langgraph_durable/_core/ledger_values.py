@@ -42,7 +42,6 @@ class Resolution:
     error: str | None = None
 
 
-
 def encode_result(serde: SerializerProtocol, value: Any) -> bytes:
     """Serialize a result with the saver's serde into a checksummed frame."""
     is_tuple = type(value) is tuple
@@ -62,7 +61,8 @@ def decode_result(serde: SerializerProtocol, frame: bytes, key: str, thread_id: 
     except FrameError as exc:
         raise CorruptStateError(
             f"stored result of tool call {key!r} (thread {thread_id!r}) is damaged: {exc}",
-            thread_id=thread_id, channel=f"ledger:{key}",
+            thread_id=thread_id,
+            channel=f"ledger:{key}",
         ) from exc
     is_tuple = type_.endswith("+tuple")
     try:
@@ -70,7 +70,8 @@ def decode_result(serde: SerializerProtocol, frame: bytes, key: str, thread_id: 
     except Exception as exc:
         raise SerializationError(
             f"cannot load the stored result of tool call {key!r}: {exc}",
-            thread_id=thread_id, channel=f"ledger:{key}",
+            thread_id=thread_id,
+            channel=f"ledger:{key}",
         ) from exc
     return tuple(value) if is_tuple else value
 
@@ -98,12 +99,15 @@ def rebuild_error(record: LedgerRecord) -> Exception:
         except Exception:  # a constructor that wants more than a message
             logger.debug("cannot rebuild %s; raising ToolCallError", record.error_type)
     if error is None:
-        error = ToolCallError(f"{record.tool} failed: {record.error_type}: {message}",
-                              key=record.key)
+        error = ToolCallError(
+            f"{record.tool} failed: {record.error_type}: {message}", key=record.key
+        )
     if isinstance(error, ToolCallError):
         error.key = record.key
-    error.add_note(f"replayed from the tool ledger (key {record.key}, {record.attempts} "
-                   "attempt(s)); the original traceback was not kept")
+    error.add_note(
+        f"replayed from the tool ledger (key {record.key}, {record.attempts} "
+        "attempt(s)); the original traceback was not kept"
+    )
     return error
 
 
@@ -122,8 +126,12 @@ def parse_resolution(answer: Any, *, key: str, source: str) -> Resolution | None
         return Resolution("succeeded" if answer else "retry")
     if isinstance(answer, str) and answer in OUTCOMES:
         return Resolution(answer)  # type: ignore[arg-type]
-    if (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], str)
-            and answer[0] in OUTCOMES):
+    if (
+        isinstance(answer, tuple)
+        and len(answer) == 2
+        and isinstance(answer[0], str)
+        and answer[0] in OUTCOMES
+    ):
         outcome, detail = answer
         if outcome == "failed":
             return Resolution("failed", error=str(detail))
@@ -131,12 +139,16 @@ def parse_resolution(answer: Any, *, key: str, source: str) -> Resolution | None
     if isinstance(answer, Mapping) and answer.get("outcome") in OUTCOMES:
         if answer.get("key") not in (None, key):
             raise ToolCallError(
-                f"{source} answered for call {answer['key']!r}, but this call is {key!r}",
-                key=key)
+                f"{source} answered for call {answer['key']!r}, but this call is {key!r}", key=key
+            )
         error = answer.get("error")
-        return Resolution(answer["outcome"], result=answer.get("result"),
-                          has_result="result" in answer,
-                          error=str(error) if error is not None else None)
+        return Resolution(
+            answer["outcome"],
+            result=answer.get("result"),
+            has_result="result" in answer,
+            error=str(error) if error is not None else None,
+        )
     raise ConfigurationError(
         f"{source} answered {answer!r} for tool call {key!r}; expected 'succeeded', "
-        "'failed', 'retry', a bool, (outcome, detail) or {'outcome': ..., 'result': ...}")
+        "'failed', 'retry', a bool, (outcome, detail) or {'outcome': ..., 'result': ...}"
+    )

@@ -29,7 +29,9 @@ end
 # ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
 # returns {"busy"} | {"miss"} | {"same", id} (the caller's copy is current)
 #       | {"hit", id, field, value, ..., "\0blobs", field, frame, ...}
-GET_SCRIPT = _PRELUDE + """
+GET_SCRIPT = (
+    _PRELUDE
+    + """
 local function record(key, id)
   local h = redis.call('HGETALL', key)
   local refs = nil
@@ -70,6 +72,7 @@ refresh(ARGV[1] .. id, ttl)
 for i = 2, 4 do refresh(KEYS[i], ttl) end
 return out
 """
+)
 
 # Announce a write-through write before its Postgres transaction.
 # KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms
@@ -123,8 +126,9 @@ PUT_BEHIND_SCRIPT = (
     + "local n0 = tonumber(ARGV[8])\n"
     + _JOURNAL_CHECK.format(jkey="KEYS[6]", max="ARGV[11 + 2 * n0]")
     + _PUT_BODY
-    + _JOURNAL_APPEND.format(jkey="KEYS[6]", ukey="KEYS[7]", member="ARGV[10 + 2 * n]",
-                             payload="ARGV[9 + 2 * n]")
+    + _JOURNAL_APPEND.format(
+        jkey="KEYS[6]", ukey="KEYS[7]", member="ARGV[10 + 2 * n]", payload="ARGV[9 + 2 * n]"
+    )
 )
 
 # Shared body of the two put_writes scripts: store pending writes of one checkpoint.
@@ -155,8 +159,9 @@ PUT_WRITES_BEHIND_SCRIPT = (
     + "local n0 = tonumber(ARGV[3])\n"
     + _JOURNAL_CHECK.format(jkey="KEYS[4]", max="ARGV[6 + 3 * n0]")
     + _PUT_WRITES_BODY
-    + _JOURNAL_APPEND.format(jkey="KEYS[4]", ukey="KEYS[5]", member="ARGV[5 + 3 * n]",
-                             payload="ARGV[4 + 3 * n]")
+    + _JOURNAL_APPEND.format(
+        jkey="KEYS[4]", ukey="KEYS[5]", member="ARGV[5 + 3 * n]", payload="ARGV[4 + 3 * n]"
+    )
 )
 
 # Load a checkpoint read from Postgres back into Redis, unless a live writer is at work on
@@ -167,7 +172,9 @@ PUT_WRITES_BEHIND_SCRIPT = (
 # ARGV[6] parent  ARGV[7] blob refs  ARGV[8] number of blob pairs n
 # ARGV[9 .. 8+2n] blob field, frame  ARGV[9+2n ..] write field, value (and "v", token)
 # returns 1 if warmed, 0 if a live writer holds the thread
-WARM_SCRIPT = _PRELUDE + """
+WARM_SCRIPT = (
+    _PRELUDE
+    + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
 local ttl = tonumber(ARGV[2])
@@ -185,6 +192,7 @@ for i = 2, 5 do
 end
 return 1
 """
+)
 
 # Drop every hot key of a thread and clear the caller's intent (if any).
 # KEYS[1] intents  KEYS[2] registry  KEYS[3] unflushed hash  ARGV[1] intent token or ""

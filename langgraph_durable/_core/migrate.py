@@ -28,14 +28,21 @@ _APPLIED_SQL = "SELECT version FROM {schema}.lgd_migrations"
 
 def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
     """Create the schema and apply every missing migration; return the versions applied."""
-    yield Cold((
-        _LOCK,
-        Statement(render(CREATE_SCHEMA_SQL, schema), {}),
-        Statement(render(CREATE_MIGRATIONS_SQL, schema), {}),
-    ))
-    applied_rows = (yield Cold((
-        _LOCK, Statement(render(_APPLIED_SQL, schema), {}, fetch=True),
-    )))[1]
+    yield Cold(
+        (
+            _LOCK,
+            Statement(render(CREATE_SCHEMA_SQL, schema), {}),
+            Statement(render(CREATE_MIGRATIONS_SQL, schema), {}),
+        )
+    )
+    applied_rows = (
+        yield Cold(
+            (
+                _LOCK,
+                Statement(render(_APPLIED_SQL, schema), {}, fetch=True),
+            )
+        )
+    )[1]
     applied = {row["version"] for row in applied_rows}
     known = {m.version for m in migrations}
     if applied - known:
@@ -85,10 +92,13 @@ def _apply_once(schema: str, migration: Migration) -> tuple[sql.Composed, sql.SQ
 
 def current_version(schema: str) -> Op[int]:
     """The newest applied migration (0 when the schema was never set up)."""
-    rows = (yield Cold.one(
-        sql.SQL("SELECT to_regclass(%(table)s) IS NOT NULL AS present"),
-        {"table": f'"{schema}".lgd_migrations'}, fetch=True,
-    ))[0]
+    rows = (
+        yield Cold.one(
+            sql.SQL("SELECT to_regclass(%(table)s) IS NOT NULL AS present"),
+            {"table": f'"{schema}".lgd_migrations'},
+            fetch=True,
+        )
+    )[0]
     if not rows[0]["present"]:
         return 0
     versions = (yield Cold.one(render(_APPLIED_SQL, schema), {}, fetch=True))[0]

@@ -5,7 +5,6 @@ protocol), `reads`, `writes`, `delta`; this module gathers them for the saver an
 `health`.
 """
 
-
 from __future__ import annotations
 
 import time
@@ -56,10 +55,17 @@ def health(ctx: Context) -> Op[dict[str, Any]]:
     except TierUnavailableError:
         cold_ok = False
     lag = max(0.0, time.time() - journal.stream_order(oldest)[0] / 1000) if oldest else 0.0
-    report["hot"] = {"reachable": hot_ok, "breaker": ctx.breaker.state(),
-                     "trips": ctx.breaker.trips, "recoveries": ctx.breaker.recoveries}
+    report["hot"] = {
+        "reachable": hot_ok,
+        "breaker": ctx.breaker.state(),
+        "trips": ctx.breaker.trips,
+        "recoveries": ctx.breaker.recoveries,
+    }
     report["cold"] = {"reachable": cold_ok}
-    report["flush"] = {"unflushed": length, "lag_seconds": round(lag, 3),
-                       "policy": ctx.config.flush_policy}
+    report["flush"] = {
+        "unflushed": length,
+        "lag_seconds": round(lag, 3),
+        "policy": ctx.config.flush_policy,
+    }
     report["latency_ms"] = ctx.latencies.percentiles()
     return report

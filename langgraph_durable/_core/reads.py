@@ -3,7 +3,6 @@ then warm) and `list_checkpoints` (Postgres in one query, merged with unflushed
 write-behind checkpoints), with repair of damaged blobs from the other tier.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -63,8 +62,9 @@ def _hot_tuple(ctx: Context, where: Location, reply: list[Any]) -> CheckpointTup
         metadata = loads_metadata(fields[b"m"])
     except (FrameError, ValueError) as exc:
         raise Damaged("metadata", str(exc)) from exc
-    return build_tuple(ctx.serde, where, checkpoint_id, parent, fields[b"c"], metadata, blobs,
-                       writes)
+    return build_tuple(
+        ctx.serde, where, checkpoint_id, parent, fields[b"c"], metadata, blobs, writes
+    )
 
 
 def _row_parts(row: dict[str, Any]) -> tuple[list[tuple[str, bytes]], list[StoredWrite]]:
@@ -72,8 +72,12 @@ def _row_parts(row: dict[str, Any]) -> tuple[list[tuple[str, bytes]], list[Store
     writes = [
         StoredWrite(t, i, c, p, b)
         for t, i, c, p, b in zip(
-            row["write_task_ids"] or [], row["write_idxs"] or [], row["write_channels"] or [],
-            row["write_paths"] or [], row["write_blobs"] or [], strict=True,
+            row["write_task_ids"] or [],
+            row["write_idxs"] or [],
+            row["write_channels"] or [],
+            row["write_paths"] or [],
+            row["write_blobs"] or [],
+            strict=True,
         )
     ]
     return blobs, writes
@@ -84,8 +88,16 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
     where = Location(row["thread_id"], row["checkpoint_ns"], None)
     blobs, writes = _row_parts(row)
     try:
-        return build_tuple(ctx.serde, where, row["checkpoint_id"], row["parent_checkpoint_id"],
-                           row["checkpoint"], row["metadata"], blobs, writes)
+        return build_tuple(
+            ctx.serde,
+            where,
+            row["checkpoint_id"],
+            row["parent_checkpoint_id"],
+            row["checkpoint"],
+            row["metadata"],
+            blobs,
+            writes,
+        )
     except Damaged as damage:
         repaired = yield from _repair_cold(ctx, where, row, damage)
         if repaired is None:
@@ -93,14 +105,19 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
         return repaired
 
 
-def _repair_cold(ctx: Context, where: Location, row: dict[str, Any],
-                 damage: Damaged) -> Op[CheckpointTuple | None]:
+def _repair_cold(
+    ctx: Context, where: Location, row: dict[str, Any], damage: Damaged
+) -> Op[CheckpointTuple | None]:
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     ns = where.checkpoint_ns
-    reply = yield from try_hot(ctx, Hot(
-        "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-        [keys.checkpoint_prefix(ns), row["checkpoint_id"], 0],
-    ))
+    reply = yield from try_hot(
+        ctx,
+        Hot(
+            "get",
+            [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+            [keys.checkpoint_prefix(ns), row["checkpoint_id"], 0],
+        ),
+    )
     if not reply or reply[0] != b"hit":
         return None
     try:
@@ -108,19 +125,38 @@ def _repair_cold(ctx: Context, where: Location, row: dict[str, Any],
     except Damaged:
         return None
     hot = _hot_parts(reply)
-    statements = [Statement(ctx.statements.repair_checkpoint_sql, {
-        "thread_id": where.thread_id, "checkpoint_ns": ns,
-        "checkpoint_id": row["checkpoint_id"], "checkpoint": hot["c"],
-    })]
+    statements = [
+        Statement(
+            ctx.statements.repair_checkpoint_sql,
+            {
+                "thread_id": where.thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": row["checkpoint_id"],
+                "checkpoint": hot["c"],
+            },
+        )
+    ]
     for field, frame in hot["blobs"]:
         channel, _, version = field.partition("\x00")
-        statements.append(Statement(ctx.statements.repair_blob_sql, {
-            "thread_id": where.thread_id, "checkpoint_ns": ns, "channel": channel,
-            "version": version, "blob": frame,
-        }))
+        statements.append(
+            Statement(
+                ctx.statements.repair_blob_sql,
+                {
+                    "thread_id": where.thread_id,
+                    "checkpoint_ns": ns,
+                    "channel": channel,
+                    "version": version,
+                    "blob": frame,
+                },
+            )
+        )
     yield Cold(tuple(statements))
-    logger.warning("repaired damaged %s of thread %r checkpoint %r from the hot tier",
-                   damage.part, where.thread_id, row["checkpoint_id"])
+    logger.warning(
+        "repaired damaged %s of thread %r checkpoint %r from the hot tier",
+        damage.part,
+        where.thread_id,
+        row["checkpoint_id"],
+    )
     return good
 
 
@@ -143,35 +179,58 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
-    reply = yield from try_hot(ctx, Hot(
-        "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-        [keys.checkpoint_prefix(ns), where.checkpoint_id or "", ctx.ttl_ms, held_id,
-         held_version],
-    ))
+    reply = yield from try_hot(
+        ctx,
+        Hot(
+            "get",
+            [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+            [
+                keys.checkpoint_prefix(ns),
+                where.checkpoint_id or "",
+                ctx.ttl_ms,
+                held_id,
+                held_version,
+            ],
+        ),
+    )
     if reply is not None and reply[0] == b"same":
         cached: CheckpointTuple | None = ctx.cache.load(
-            where.thread_id, ns, reply[1].decode(), held_version)
+            where.thread_id, ns, reply[1].decode(), held_version
+        )
         if cached is not None:
             return cached
-        reply = yield from try_hot(ctx, Hot(
-            "get", [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-            [keys.checkpoint_prefix(ns), reply[1].decode(), ctx.ttl_ms, "", ""]))
+        reply = yield from try_hot(
+            ctx,
+            Hot(
+                "get",
+                [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
+                [keys.checkpoint_prefix(ns), reply[1].decode(), ctx.ttl_ms, "", ""],
+            ),
+        )
     if reply is not None and reply[0] == b"hit":
         try:
             tup = _hot_tuple(ctx, where, reply)
         except Damaged as damage:
-            logger.warning("damaged hot copy of thread %r (%s); reading Postgres",
-                           where.thread_id, damage)
+            logger.warning(
+                "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
+            )
         else:
             ctx.cache.store(where.thread_id, ns, reply[1].decode(), _field(reply, b"v"), tup)
             return tup
     if where.checkpoint_id is None:
-        query, params = ctx.statements.get_latest_sql, {"thread_id": where.thread_id,
-                                                        "checkpoint_ns": ns}
+        query, params = (
+            ctx.statements.get_latest_sql,
+            {"thread_id": where.thread_id, "checkpoint_ns": ns},
+        )
     else:
-        query, params = ctx.statements.get_by_id_sql, {
-            "thread_id": where.thread_id, "checkpoint_ns": ns,
-            "checkpoint_id": where.checkpoint_id}
+        query, params = (
+            ctx.statements.get_by_id_sql,
+            {
+                "thread_id": where.thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": where.checkpoint_id,
+            },
+        )
     rows = (yield Cold.one(query, params, fetch=True))[0]
     if not rows:
         return None
@@ -203,15 +262,31 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
     write_args: list[str | bytes] = ["v", new_version()]
     for w in writes:
         write_args += [write_field(w.task_id, w.idx), pack_write(w)]
-    yield from try_hot(ctx, Hot(
-        "warm",
-        [keys.intents, keys.index(ns), keys.blobs(ns), keys.checkpoint(ns, row["checkpoint_id"]),
-         keys.registry],
-        [int(time.time() * 1000), ctx.ttl_ms, row["checkpoint_id"], row["checkpoint"],
-         json.dumps(row["metadata"], separators=(",", ":"), ensure_ascii=False),
-         row["parent_checkpoint_id"] or "", json.dumps(refs), len(blobs), *blob_args,
-         *write_args],
-    ))
+    yield from try_hot(
+        ctx,
+        Hot(
+            "warm",
+            [
+                keys.intents,
+                keys.index(ns),
+                keys.blobs(ns),
+                keys.checkpoint(ns, row["checkpoint_id"]),
+                keys.registry,
+            ],
+            [
+                int(time.time() * 1000),
+                ctx.ttl_ms,
+                row["checkpoint_id"],
+                row["checkpoint"],
+                json.dumps(row["metadata"], separators=(",", ":"), ensure_ascii=False),
+                row["parent_checkpoint_id"] or "",
+                json.dumps(refs),
+                len(blobs),
+                *blob_args,
+                *write_args,
+            ],
+        ),
+    )
 
 
 def list_checkpoints(
@@ -244,8 +319,9 @@ def list_checkpoints(
         yield from journal.flush(ctx, timeout=None)  # history of every thread: drain first
     present = frozenset(k for k, v in params.items() if v is not None and k != "limit")
     query = ctx.statements.list_sql(present, limit is not None)
-    rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None},
-                          fetch=True))[0]
+    rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None}, fetch=True))[
+        0
+    ]
     result = []
     for row in rows:
         result.append((yield from _cold_tuple(ctx, row)))
@@ -277,9 +353,11 @@ def _matches(tup: CheckpointTuple, params: dict[str, Any], filter: dict[str, Any
     )
 
 
-def _merge(cold: list[CheckpointTuple], hot: list[CheckpointTuple],
-           limit: int | None) -> list[CheckpointTuple]:
+def _merge(
+    cold: list[CheckpointTuple], hot: list[CheckpointTuple], limit: int | None
+) -> list[CheckpointTuple]:
     """Newest first; the hot copy wins (it may hold writes not flushed yet)."""
+
     def key(t: CheckpointTuple) -> tuple[str, str]:
         return t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]
 

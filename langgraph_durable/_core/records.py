@@ -108,8 +108,13 @@ class Damaged(Exception):
         self.channel = channel
 
 
-def _dump(serde: SerializerProtocol, value: Any, where: Location, checkpoint_id: str | None,
-          channel: str | None) -> bytes:
+def _dump(
+    serde: SerializerProtocol,
+    value: Any,
+    where: Location,
+    checkpoint_id: str | None,
+    channel: str | None,
+) -> bytes:
     try:
         type_, payload = serde.dumps_typed(value)
     except Exception as exc:
@@ -150,7 +155,8 @@ def encode_checkpoint(
     except (TypeError, ValueError) as exc:
         raise SerializationError(
             f"checkpoint metadata is not JSON-serializable: {exc}",
-            thread_id=where.thread_id, checkpoint_ns=where.checkpoint_ns,
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
             checkpoint_id=checkpoint_id,
         ) from exc
     run_id = meta.get("run_id")
@@ -179,8 +185,11 @@ def encode_writes(
     task_path = check_text(task_path, "task_path")
     return [
         StoredWrite(
-            task_id, WRITES_IDX_MAP.get(channel, idx), check_text(channel, "channel name"),
-            task_path, _dump(serde, value, where, where.checkpoint_id, channel),
+            task_id,
+            WRITES_IDX_MAP.get(channel, idx),
+            check_text(channel, "channel name"),
+            task_path,
+            _dump(serde, value, where, where.checkpoint_id, channel),
         )
         for idx, (channel, value) in enumerate(writes)
     ]

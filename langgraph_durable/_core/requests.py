@@ -26,8 +26,18 @@ from langgraph_durable.config import SaverConfig, seconds
 
 T = TypeVar("T")
 ScriptName = Literal[
-    "get", "intent", "put", "put_writes", "warm", "drop_thread", "put_behind",
-    "put_writes_behind", "flush_read", "flush_ack", "journal_state", "list_unflushed",
+    "get",
+    "intent",
+    "put",
+    "put_writes",
+    "warm",
+    "drop_thread",
+    "put_behind",
+    "put_writes_behind",
+    "flush_read",
+    "flush_ack",
+    "journal_state",
+    "list_unflushed",
 ]
 
 
@@ -125,7 +135,9 @@ class Latencies:
 
     def __init__(self, size: int = 4096) -> None:
         self._samples: dict[str, deque[float]] = {
-            "hot": deque(maxlen=size), "cold": deque(maxlen=size)}
+            "hot": deque(maxlen=size),
+            "cold": deque(maxlen=size),
+        }
 
     def record(self, tier: str, seconds: float) -> None:
         self._samples[tier].append(seconds)
@@ -137,7 +149,9 @@ class Latencies:
             for name, q in (("p50", 0.5), ("p99", 0.99)):
                 out[f"{tier}_{name}"] = (
                     round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
-                    if ordered else None)
+                    if ordered
+                    else None
+                )
         return out
 
 
@@ -177,8 +191,7 @@ class TupleCache:
             self.hits += 1
         return pickle.loads(entry[1])
 
-    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str,
-              value: Any) -> None:
+    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str, value: Any) -> None:
         if not version:
             return
         try:
@@ -206,8 +219,9 @@ class Context:
     breaker: Breaker
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
-    consumer: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:"
-                          f"{uuid.uuid4().hex[:8]}")
+    consumer: str = field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    )
 
     @property
     def ttl_ms(self) -> int:

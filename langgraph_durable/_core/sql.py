@@ -129,12 +129,14 @@ def _tuples(where: str, limit: str = "") -> str:
 
 # %(thread_id)s, %(checkpoint_ns)s
 GET_LATEST_SQL = _tuples(
-    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s", " LIMIT 1")
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s", " LIMIT 1"
+)
 
 # %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s
 GET_BY_ID_SQL = _tuples(
     "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
-    "AND c.checkpoint_id = %(checkpoint_id)s")
+    "AND c.checkpoint_id = %(checkpoint_id)s"
+)
 
 # list(): only the conditions a call needs are rendered, so the planner always sees plain
 # index conditions (an "x IS NULL OR" form defeats the primary key under generic plans).
@@ -153,8 +155,9 @@ LIST_CONDITIONS = {
 def list_template(present: frozenset[str], limited: bool) -> str:
     """The list query for the parameters that are set (keys of `LIST_CONDITIONS`)."""
     where = [cond for name, cond in LIST_CONDITIONS.items() if name in present]
-    return _tuples("WHERE " + " AND ".join(where) if where else "",
-                   " LIMIT %(limit)s" if limited else "")
+    return _tuples(
+        "WHERE " + " AND ".join(where) if where else "", " LIMIT %(limit)s" if limited else ""
+    )
 
 
 # Re-putting a checkpoint (a retried write, a re-flushed batch) replaces it.
@@ -170,7 +173,8 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 # A checkpoint and its new blobs in one statement (one round trip, one transaction).
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s
 # %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s %(blobs)s
-PUT_CHECKPOINT_SQL = """
+PUT_CHECKPOINT_SQL = (
+    """
 WITH new_blobs AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, x.channel, x.version, x.blob
@@ -182,7 +186,9 @@ INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
     parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
 VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, %(run_id)s,
     %(checkpoint)b, %(channel_versions)s::jsonb, %(metadata)s::jsonb)
-""" + _CHECKPOINT_CONFLICT
+"""
+    + _CHECKPOINT_CONFLICT
+)
 
 # Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
@@ -218,14 +224,17 @@ ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 
 # %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(parent_ids)s %(run_ids)s
 # %(checkpoints)s %(channel_versions)s %(metadata)s
-FLUSH_CHECKPOINTS_SQL = """
+FLUSH_CHECKPOINTS_SQL = (
+    """
 INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
     parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
 SELECT x.t, x.n, x.i, x.p, x.r, x.c, x.v::jsonb, x.m::jsonb
 FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(checkpoint_ids)b::text[],
             %(parent_ids)b::text[], %(run_ids)b::text[], %(checkpoints)b::bytea[],
             %(channel_versions)b::text[], %(metadata)b::text[]) AS x(t, n, i, p, r, c, v, m)
-""" + _CHECKPOINT_CONFLICT
+"""
+    + _CHECKPOINT_CONFLICT
+)
 
 # %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(task_ids)s %(idxs)s %(channels)s
 # %(task_paths)s %(blobs)s; {conflict} is DO NOTHING (ordinary) or DO UPDATE (special)
@@ -240,7 +249,8 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}
 FLUSH_WRITES_SQL = _FLUSH_WRITES.format(conflict="DO NOTHING")
 FLUSH_SPECIAL_WRITES_SQL = _FLUSH_WRITES.format(
     conflict="DO UPDATE SET channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, "
-    "blob = EXCLUDED.blob")
+    "blob = EXCLUDED.blob"
+)
 
 # %(thread_ids)s
 DELETE_THREADS_SQL = """

@@ -2,7 +2,6 @@
 delete, delete_for_runs, copy and prune.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -41,15 +40,31 @@ from langgraph_durable.errors import ConfigurationError
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
-def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
-        metadata: CheckpointMetadata, new_versions: ChannelVersions) -> Op[RunnableConfig]:
+def put(
+    ctx: Context,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Op[RunnableConfig]:
     stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
     where = stored.where
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     if ctx.config.write_mode == "behind":
-        entry = yield from try_hot(ctx, _put_hot(keys, stored, "", -1, journal=(
-            journal_key(ctx.config.key_prefix), pack_checkpoint_entry(stored),
-            ctx.config.max_unflushed)))
+        entry = yield from try_hot(
+            ctx,
+            _put_hot(
+                keys,
+                stored,
+                "",
+                -1,
+                journal=(
+                    journal_key(ctx.config.key_prefix),
+                    pack_checkpoint_entry(stored),
+                    ctx.config.max_unflushed,
+                ),
+            ),
+        )
         if entry is not None:
             return where.config(stored.checkpoint_id)
     token = yield from announce(ctx, keys)
@@ -60,44 +75,68 @@ def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
 
 
 def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
-    return Statement(ctx.statements.put_checkpoint_sql, {
-        "thread_id": stored.where.thread_id,
-        "checkpoint_ns": stored.where.checkpoint_ns,
-        "checkpoint_id": stored.checkpoint_id,
-        "parent_id": stored.parent_id,
-        "run_id": stored.run_id,
-        "checkpoint": stored.frame,
-        "channel_versions": stored.channel_versions,
-        "metadata": stored.metadata,
-        "channels": [b[0] for b in stored.blobs],
-        "versions": [b[1] for b in stored.blobs],
-        "blobs": [b[2] for b in stored.blobs],
-    })
+    return Statement(
+        ctx.statements.put_checkpoint_sql,
+        {
+            "thread_id": stored.where.thread_id,
+            "checkpoint_ns": stored.where.checkpoint_ns,
+            "checkpoint_id": stored.checkpoint_id,
+            "parent_id": stored.parent_id,
+            "run_id": stored.run_id,
+            "checkpoint": stored.frame,
+            "channel_versions": stored.channel_versions,
+            "metadata": stored.metadata,
+            "channels": [b[0] for b in stored.blobs],
+            "versions": [b[1] for b in stored.blobs],
+            "blobs": [b[2] for b in stored.blobs],
+        },
+    )
 
 
 Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
 
 
-def _put_hot(keys: ThreadKeys, stored: StoredCheckpoint, token: str, ttl: int,
-             journal: Journal | None = None) -> Hot:
+def _put_hot(
+    keys: ThreadKeys, stored: StoredCheckpoint, token: str, ttl: int, journal: Journal | None = None
+) -> Hot:
     ns = stored.where.checkpoint_ns
-    hot_keys = [keys.intents, keys.index(ns), keys.blobs(ns),
-                keys.checkpoint(ns, stored.checkpoint_id), keys.registry]
+    hot_keys = [
+        keys.intents,
+        keys.index(ns),
+        keys.blobs(ns),
+        keys.checkpoint(ns, stored.checkpoint_id),
+        keys.registry,
+    ]
     args: list[str | bytes | int] = [
-        token, ttl, stored.checkpoint_id, stored.frame, stored.metadata,
-        stored.parent_id or "", json.dumps(stored.refs), len(stored.blobs)]
+        token,
+        ttl,
+        stored.checkpoint_id,
+        stored.frame,
+        stored.metadata,
+        stored.parent_id or "",
+        json.dumps(stored.refs),
+        len(stored.blobs),
+    ]
     for channel, version, frame in stored.blobs:
         args += [blob_field(channel, version), frame]
     if journal is None:
         return Hot("put", hot_keys, [*args, new_version()])
     key, payload, bound = journal
     member = keys.unflushed_member(ns, stored.checkpoint_id)
-    return Hot("put_behind", [*hot_keys, key, keys.unflushed],
-               [*args, payload, member, bound, new_version()])
+    return Hot(
+        "put_behind",
+        [*hot_keys, key, keys.unflushed],
+        [*args, payload, member, bound, new_version()],
+    )
 
 
-def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-               task_id: str, task_path: str) -> Op[None]:
+def put_writes(
+    ctx: Context,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Op[None]:
     where = locate(config, need_id=True)
     assert where.checkpoint_id is not None
     stored = encode_writes(ctx.serde, where, writes, task_id, task_path)
@@ -105,9 +144,21 @@ def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str,
         return None
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     if ctx.config.write_mode == "behind":
-        entry = yield from try_hot(ctx, _writes_hot(keys, where, stored, "", -1, journal=(
-            journal_key(ctx.config.key_prefix), pack_writes_entry(where, stored),
-            ctx.config.max_unflushed)))
+        entry = yield from try_hot(
+            ctx,
+            _writes_hot(
+                keys,
+                where,
+                stored,
+                "",
+                -1,
+                journal=(
+                    journal_key(ctx.config.key_prefix),
+                    pack_writes_entry(where, stored),
+                    ctx.config.max_unflushed,
+                ),
+            ),
+        )
         if entry is not None:
             return None
     token = yield from announce(ctx, keys)
@@ -120,26 +171,38 @@ def put_writes(ctx: Context, config: RunnableConfig, writes: Sequence[tuple[str,
 def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite]) -> Statement:
     special = [w for w in stored if w.special]
     ordinary = [w for w in stored if not w.special]
-    return Statement(ctx.statements.put_writes_sql, {
-        "thread_id": where.thread_id,
-        "checkpoint_ns": where.checkpoint_ns,
-        "checkpoint_id": where.checkpoint_id,
-        "task_id": stored[0].task_id,
-        "task_path": stored[0].task_path,
-        "idxs": [w.idx for w in ordinary],
-        "channels": [w.channel for w in ordinary],
-        "blobs": [w.frame for w in ordinary],
-        "s_idxs": [w.idx for w in special],
-        "s_channels": [w.channel for w in special],
-        "s_blobs": [w.frame for w in special],
-    })
+    return Statement(
+        ctx.statements.put_writes_sql,
+        {
+            "thread_id": where.thread_id,
+            "checkpoint_ns": where.checkpoint_ns,
+            "checkpoint_id": where.checkpoint_id,
+            "task_id": stored[0].task_id,
+            "task_path": stored[0].task_path,
+            "idxs": [w.idx for w in ordinary],
+            "channels": [w.channel for w in ordinary],
+            "blobs": [w.frame for w in ordinary],
+            "s_idxs": [w.idx for w in special],
+            "s_channels": [w.channel for w in special],
+            "s_blobs": [w.frame for w in special],
+        },
+    )
 
 
-def _writes_hot(keys: ThreadKeys, where: Location, stored: list[StoredWrite], token: str,
-                ttl: int, journal: Journal | None = None) -> Hot:
+def _writes_hot(
+    keys: ThreadKeys,
+    where: Location,
+    stored: list[StoredWrite],
+    token: str,
+    ttl: int,
+    journal: Journal | None = None,
+) -> Hot:
     assert where.checkpoint_id is not None
-    hot_keys = [keys.intents, keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
-                keys.registry]
+    hot_keys = [
+        keys.intents,
+        keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
+        keys.registry,
+    ]
     args: list[str | bytes | int] = [token, ttl, len(stored)]
     for w in stored:
         args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
@@ -147,8 +210,11 @@ def _writes_hot(keys: ThreadKeys, where: Location, stored: list[StoredWrite], to
         return Hot("put_writes", hot_keys, [*args, new_version()])
     key, payload, bound = journal
     member = keys.unflushed_member(where.checkpoint_ns, where.checkpoint_id)
-    return Hot("put_writes_behind", [*hot_keys, key, keys.unflushed],
-               [*args, payload, member, bound, new_version()])
+    return Hot(
+        "put_writes_behind",
+        [*hot_keys, key, keys.unflushed],
+        [*args, payload, member, bound, new_version()],
+    )
 
 
 # --------------------------------------------------------------------------- lifecycle
@@ -162,8 +228,9 @@ def _settle(ctx: Context) -> Op[None]:
     return None
 
 
-def _mutate_threads(ctx: Context, thread_ids: Sequence[str],
-                    statements: Sequence[Statement]) -> Op[list[Any]]:
+def _mutate_threads(
+    ctx: Context, thread_ids: Sequence[str], statements: Sequence[Statement]
+) -> Op[list[Any]]:
     """Commit statements that change whole threads; their hot copies are dropped after."""
     keyed = [ThreadKeys(ctx.config.key_prefix, t) for t in thread_ids]
     tokens = []
@@ -174,22 +241,31 @@ def _mutate_threads(ctx: Context, thread_ids: Sequence[str],
     result: list[Any] = yield Cold((*statements, *marks))
     for keys, token in zip(keyed, tokens, strict=True):
         if token is not None:
-            yield from try_hot(ctx, Hot("drop_thread", [keys.intents, keys.registry,
-                                                     keys.unflushed], [token]))
+            yield from try_hot(
+                ctx, Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [token])
+            )
     return result
 
 
-def delete_threads(ctx: Context, thread_ids: Sequence[str], *,
-                   keep_ledger: bool = False) -> Op[None]:
+def delete_threads(
+    ctx: Context, thread_ids: Sequence[str], *, keep_ledger: bool = False
+) -> Op[None]:
     ids = [locate({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
-    ledger = [] if keep_ledger else [
-        Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
+    ledger = (
+        []
+        if keep_ledger
+        else [Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
+    )
     if ids:
         yield from _settle(ctx)
-        yield from _mutate_threads(ctx, ids, [
-            Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
-            *ledger,
-        ])
+        yield from _mutate_threads(
+            ctx,
+            ids,
+            [
+                Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
+                *ledger,
+            ],
+        )
     return None
 
 
@@ -198,14 +274,17 @@ def delete_for_runs(ctx: Context, run_ids: Sequence[str]) -> Op[None]:
     if not runs:
         return None
     yield from _settle(ctx)
-    rows = (yield Cold.one(ctx.statements.threads_of_runs_sql, {"run_ids": runs},
-                          fetch=True))[0]
+    rows = (yield Cold.one(ctx.statements.threads_of_runs_sql, {"run_ids": runs}, fetch=True))[0]
     threads = [r["thread_id"] for r in rows]
     if threads:
-        yield from _mutate_threads(ctx, threads, [
-            Statement(ctx.statements.delete_for_runs_sql, {"run_ids": runs}),
-            Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": threads}),
-        ])
+        yield from _mutate_threads(
+            ctx,
+            threads,
+            [
+                Statement(ctx.statements.delete_for_runs_sql, {"run_ids": runs}),
+                Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": threads}),
+            ],
+        )
     return None
 
 
@@ -215,11 +294,16 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
     yield from _settle(ctx)
-    yield from _mutate_threads(ctx, [dst], [
-        Statement(ctx.statements.copy_thread_sql, {"source": src, "target": dst}),
-        Statement(ledger_statements(ctx.config.schema).copy_thread,
-                  {"source": src, "target": dst}),
-    ])
+    yield from _mutate_threads(
+        ctx,
+        [dst],
+        [
+            Statement(ctx.statements.copy_thread_sql, {"source": src, "target": dst}),
+            Statement(
+                ledger_statements(ctx.config.schema).copy_thread, {"source": src, "target": dst}
+            ),
+        ],
+    )
     return None
 
 
@@ -227,8 +311,9 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     """Keep the latest checkpoint of each namespace, with every ancestor a `DeltaChannel`
     needs to rebuild its value (back to its nearest stored snapshot) — or delete all."""
     if strategy not in PRUNE_STRATEGIES:
-        raise ConfigurationError(f"prune strategy must be one of {PRUNE_STRATEGIES}, "
-                                 f"not {strategy!r}")
+        raise ConfigurationError(
+            f"prune strategy must be one of {PRUNE_STRATEGIES}, not {strategy!r}"
+        )
     ids = [locate({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
     if not ids:
         return None
@@ -236,18 +321,25 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
         yield from delete_threads(ctx, ids)
         return None
     yield from _settle(ctx)
-    rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids},
-                          fetch=True))[0]
+    rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids}, fetch=True))[0]
     keep = list(_keep_set(rows))
-    yield from _mutate_threads(ctx, ids, [
-        Statement(ctx.statements.prune_delete_sql, {
-            "thread_ids": ids,
-            "keep_threads": [k[0] for k in keep],
-            "keep_ns": [k[1] for k in keep],
-            "keep_ids": [k[2] for k in keep],
-        }, fetch=True),
-        Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": ids}),
-    ])
+    yield from _mutate_threads(
+        ctx,
+        ids,
+        [
+            Statement(
+                ctx.statements.prune_delete_sql,
+                {
+                    "thread_ids": ids,
+                    "keep_threads": [k[0] for k in keep],
+                    "keep_ns": [k[1] for k in keep],
+                    "keep_ids": [k[2] for k in keep],
+                },
+                fetch=True,
+            ),
+            Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": ids}),
+        ],
+    )
     return None
 
 
