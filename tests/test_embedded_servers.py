@@ -325,3 +325,27 @@ def test_untraversable_parent_is_reported_not_loosened(tmp_path: Path) -> None:
         assert not (locked / "d" / "pg").exists()
     finally:
         shutil.rmtree(locked, ignore_errors=True)
+
+
+def test_durable_saver_embedded_keeps_state_across_restarts(data_root: Path) -> None:
+    """DurableSaver.embedded() runs a graph on its own servers, stops them on close, and a
+    second saver on the same data dir resumes the thread."""
+    from langgraph_durable import DurableSaver
+    from tests.graphs import chat_graph
+
+    data_dir = data_root / "saver"
+    config = {"configurable": {"thread_id": "embedded-thread"}}
+    saver = DurableSaver.embedded(str(data_dir), write_mode="behind")
+    chat_graph(saver).invoke({"messages": [("user", "one")]}, config)
+    servers = saver._embedded
+    assert servers is not None and servers.running
+    saver.close()  # final flush, then the servers stop
+    assert not servers.running
+
+    again = DurableSaver.embedded(str(data_dir))
+    try:
+        out = chat_graph(again).invoke({"messages": [("user", "two")]}, config)
+        assert [m.content for m in out["messages"]][:5] == [
+            "one", "plan #1", "act #2", "finish #3", "two"]
+    finally:
+        again.close()
