@@ -152,6 +152,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
             await tiers.run(ops.recover_hot(self._ctx))
         return await tiers.run(op)
 
+    def _write(self, op: Op[T]) -> T:
+        """Run a write; in write-behind mode the first one starts the background flusher."""
+        if self._background and self._flusher is None:
+            self._start_flusher()
+        return self._run(op)
+
+    async def _awrite(self, op: Op[T]) -> T:
+        if self._background and self._flusher is None:
+            self._start_flusher()
+        return await self._arun(op)
+
     # ------------------------------------------------------------------ lifecycle
 
     def setup(self) -> None:
@@ -371,9 +382,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint and the channel versions it introduces."""
-        if self._background and self._flusher is None:
-            self._start_flusher()
-        return self._run(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
+        return self._write(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
     async def aput(
         self,
@@ -383,9 +392,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async twin of `put`."""
-        if self._background and self._flusher is None:
-            self._start_flusher()
-        return await self._arun(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
+        return await self._awrite(ops.put(self._ctx, config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self,
@@ -395,9 +402,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes (special channels replace, others first-write-wins)."""
-        if self._background and self._flusher is None:
-            self._start_flusher()
-        self._run(ops.put_writes(self._ctx, config, writes, task_id, task_path))
+        self._write(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 
     async def aput_writes(
         self,
@@ -407,9 +412,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Async twin of `put_writes`."""
-        if self._background and self._flusher is None:
-            self._start_flusher()
-        await self._arun(ops.put_writes(self._ctx, config, writes, task_id, task_path))
+        await self._awrite(ops.put_writes(self._ctx, config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str, *, keep_ledger: bool = False) -> None:
         """Delete a thread's checkpoints, blobs and writes from both tiers, and its tool
