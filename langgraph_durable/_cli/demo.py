@@ -249,8 +249,8 @@ def run_demo(console: Console, target: Target, *, embedded_dir: Path | None,
     console.rule("[bold]langgraph-durable demo: kill an agent mid-run, resume it")
     console.print(views.note("what happens", "\n".join([
         f"An agent handles “{REQUEST}”",
-        "It calls charge_card (a side effect, through the tool ledger) and estimate_delivery",
-        "(slow) in one step. Its worker process is killed with SIGKILL after the charge and",
+        "It calls charge_card (a side effect, through the tool ledger) and estimate_delivery "
+        "(slow) in one step. Its worker process is killed with SIGKILL after the charge and "
         "before the step finished; a new process resumes the thread from its checkpoint.",
     ])))
     where = "embedded servers in " + str(embedded_dir) if embedded_dir else "your servers"
@@ -338,8 +338,8 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
     console.print(views.note("verdict", Group(
         *(f"[{'green' if v else 'red'}]{'✔' if v else '✘'}[/] {text}" for v, text in verdicts),
         "",
-        "The resumed run executed the tools step again: estimate_delivery ran a second time,",
-        "charge_card was answered from the ledger. Without the ledger, the card would have",
+        "The resumed run executed the tools step again: estimate_delivery ran a second time, "
+        "charge_card was answered from the ledger. Without the ledger, the card would have "
         "been charged twice.",
         "",
         *explore,
