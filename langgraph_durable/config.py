@@ -39,6 +39,9 @@ class SaverConfig:
         schema: Postgres schema of every table (created by ``setup()``).
         hot_ttl: idle time after which a thread's hot keys expire (refreshed on access;
             never before the thread is flushed). ``0`` keeps them until deleted.
+        hot_checkpoints: how many recent checkpoints of each thread and namespace Redis keeps
+            (trimmed in batches once it holds twice as many; never one not yet flushed).
+            Older ones are read from Postgres. ``0`` keeps every checkpoint until ``hot_ttl``.
         write_deadline: how long a write-through writer may take between announcing a
             write to Redis and finishing it; past it, readers treat the writer as dead.
         redis_max_connections: size of the Redis connection pool (callers wait, not fail).
@@ -65,6 +68,7 @@ class SaverConfig:
     key_prefix: str = "lgd"
     schema: str = "public"
     hot_ttl: float | timedelta = timedelta(days=1)
+    hot_checkpoints: int = 20
     write_deadline: float | timedelta = 30.0
     redis_max_connections: int = 64
     postgres_max_connections: int = 10
@@ -119,6 +123,8 @@ class SaverConfig:
         for name in ("redis_max_connections", "postgres_max_connections", "flush_batch"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
+        if self.hot_checkpoints < 0:
+            raise ConfigurationError("hot_checkpoints must not be negative")
         if self.max_unflushed < 1:
             raise ConfigurationError("max_unflushed must be at least 1")
 

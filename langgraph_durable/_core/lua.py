@@ -82,11 +82,16 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
-# Shared body of the two put scripts: store one checkpoint and the blobs it introduces.
+# Shared body of the two put scripts: store one checkpoint and the blobs it introduces,
+# then keep the namespace's hot history bounded: once it holds twice `keep` checkpoints,
+# the oldest are dropped down to `keep` (never one with unflushed entries), with every
+# blob version no remaining checkpoint refers to. Older checkpoints are read from Postgres.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
+# KEYS[6] the thread's unflushed hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
 # ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata json  ARGV[6] parent id or ""
 # ARGV[7] blob refs (json array of fields)  ARGV[8] n  ARGV[9 .. 8+2n] blob field, frame
+# ARGV[#ARGV-2] keep (0: keep all)  ARGV[#ARGV-1] unflushed member prefix ("<b64 ns>:")
 # ARGV[#ARGV] a new version token "v" (decoded copies holding another one are stale)
 _PUT_BODY = """
 local ttl = tonumber(ARGV[2])
@@ -98,6 +103,33 @@ if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 9, 8 + 2 * n)) end
 redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 for i = 2, 5 do settle(KEYS[i], ttl) end
+local keep = tonumber(ARGV[#ARGV - 2])
+local total = redis.call('ZCARD', KEYS[2])
+if keep > 0 and total > 2 * keep then
+  local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
+  local needed = {}
+  local function need(id)
+    local bk = redis.call('HGET', prefix .. id, 'bk')
+    if bk then for _, f in ipairs(cjson.decode(bk)) do needed[f] = true end end
+  end
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], total - keep, -1)) do need(id) end
+  local drop = {}
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, total - keep - 1)) do
+    if redis.call('HEXISTS', KEYS[6], ARGV[#ARGV - 1] .. id) == 1 then need(id)
+    else drop[#drop + 1] = id end
+  end
+  for _, id in ipairs(drop) do
+    local bk = redis.call('HGET', prefix .. id, 'bk')
+    if bk then
+      for _, f in ipairs(cjson.decode(bk)) do
+        if not needed[f] then redis.call('HDEL', KEYS[3], f) end
+      end
+    end
+    redis.call('DEL', prefix .. id)
+    redis.call('SREM', KEYS[5], prefix .. id)
+    redis.call('ZREM', KEYS[2], id)
+  end
+end
 """
 
 # Write-through: the put above, after the Postgres commit; clears the writer's intent.
@@ -119,15 +151,15 @@ return redis.call('XADD', {jkey}, '*', 'd', {payload})
 """
 
 # Write-behind put: the same update plus its journal entry, atomically.
-# KEYS[6] journal  KEYS[7] the thread's unflushed hash
+# KEYS[7] journal
 # ARGV[9+2n] journal payload  ARGV[10+2n] unflushed member  ARGV[11+2n] journal bound
 PUT_BEHIND_SCRIPT = (
     _PRELUDE
     + "local n0 = tonumber(ARGV[8])\n"
-    + _JOURNAL_CHECK.format(jkey="KEYS[6]", max="ARGV[11 + 2 * n0]")
+    + _JOURNAL_CHECK.format(jkey="KEYS[7]", max="ARGV[11 + 2 * n0]")
     + _PUT_BODY
     + _JOURNAL_APPEND.format(
-        jkey="KEYS[6]", ukey="KEYS[7]", member="ARGV[10 + 2 * n]", payload="ARGV[9 + 2 * n]"
+        jkey="KEYS[7]", ukey="KEYS[6]", member="ARGV[10 + 2 * n]", payload="ARGV[9 + 2 * n]"
     )
 )
 

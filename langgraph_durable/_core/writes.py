@@ -58,6 +58,7 @@ def put(
                 stored,
                 "",
                 -1,
+                ctx.config.hot_checkpoints,
                 journal=(
                     journal_key(ctx.config.key_prefix),
                     pack_checkpoint_entry(stored),
@@ -70,7 +71,9 @@ def put(
     token = yield from announce(ctx, keys)
     yield from commit(ctx, token, [where.thread_id], [_put_statement(ctx, stored)])
     if token is not None:
-        yield from try_hot(ctx, _put_hot(keys, stored, token, ctx.ttl_ms))
+        yield from try_hot(
+            ctx, _put_hot(keys, stored, token, ctx.ttl_ms, ctx.config.hot_checkpoints)
+        )
     return where.config(stored.checkpoint_id)
 
 
@@ -97,7 +100,12 @@ Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
 
 
 def _put_hot(
-    keys: ThreadKeys, stored: StoredCheckpoint, token: str, ttl: int, journal: Journal | None = None
+    keys: ThreadKeys,
+    stored: StoredCheckpoint,
+    token: str,
+    ttl: int,
+    keep: int,
+    journal: Journal | None = None,
 ) -> Hot:
     ns = stored.where.checkpoint_ns
     hot_keys = [
@@ -106,6 +114,7 @@ def _put_hot(
         keys.blobs(ns),
         keys.checkpoint(ns, stored.checkpoint_id),
         keys.registry,
+        keys.unflushed,
     ]
     args: list[str | bytes | int] = [
         token,
@@ -119,14 +128,15 @@ def _put_hot(
     ]
     for channel, version, frame in stored.blobs:
         args += [blob_field(channel, version), frame]
+    trim: list[str | bytes | int] = [keep, keys.unflushed_member(ns, ""), new_version()]
     if journal is None:
-        return Hot("put", hot_keys, [*args, new_version()])
+        return Hot("put", hot_keys, [*args, *trim])
     key, payload, bound = journal
     member = keys.unflushed_member(ns, stored.checkpoint_id)
     return Hot(
         "put_behind",
-        [*hot_keys, key, keys.unflushed],
-        [*args, payload, member, bound, new_version()],
+        [*hot_keys, key],
+        [*args, payload, member, bound, *trim],
     )
 
 
