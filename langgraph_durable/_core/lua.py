@@ -105,7 +105,8 @@ if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 for i = 2, 5 do settle(KEYS[i], ttl) end
 local keep = tonumber(ARGV[#ARGV - 2])
 local total = redis.call('ZCARD', KEYS[2])
-if keep > 0 and total > 2 * keep then
+-- unflushed checkpoints cannot go: trim only once enough flushed ones piled up
+if keep > 0 and total - redis.call('HLEN', KEYS[6]) > 2 * keep then
   local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
   local needed = {}
   local function need(id)
