@@ -67,8 +67,7 @@ class Entry:
 
     @property
     def order(self) -> tuple[int, int]:
-        ms, _, seq = self.id.partition("-")
-        return int(ms), int(seq or 0)
+        return stream_order(self.id)
 
 
 def _decode(raw: list[Any]) -> Entry:
@@ -79,6 +78,7 @@ def _decode(raw: list[Any]) -> Entry:
 
 
 def stream_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``"<ms>-<seq>"``) as a sortable pair."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
