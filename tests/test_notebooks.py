@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import nbclient
+import nbformat
 import pytest
 
 from tests.conftest import POSTGRES_URL, REDIS_URL
-
-nbformat = pytest.importorskip("nbformat", reason="notebook tests need the dev extra")
-nbclient = pytest.importorskip("nbclient", reason="notebook tests need the dev extra")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
