@@ -67,9 +67,10 @@ def parse_write_field(field: str) -> tuple[str, int]:
 class ThreadKeys:
     """The key names of one thread."""
 
-    __slots__ = ("base", "intents", "registry", "unflushed")
+    __slots__ = ("base", "intents", "registry", "thread_id", "unflushed")
 
     def __init__(self, prefix: str, thread_id: str) -> None:
+        self.thread_id = thread_id
         self.base = f"{prefix}:{{{b64(thread_id)}}}"
         self.registry = f"{self.base}:k"
         self.intents = f"{self.base}:in"

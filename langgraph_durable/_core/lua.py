@@ -151,21 +151,29 @@ redis.call('PERSIST', {ukey})
 return redis.call('XADD', {jkey}, '*', 'd', {payload})
 """
 
-# Write-behind put: the same update plus its journal entry, atomically.
-# KEYS[7] journal
-# ARGV[9+2n] journal payload  ARGV[10+2n] unflushed member  ARGV[11+2n] journal bound
-PUT_BEHIND_SCRIPT = (
-    _PRELUDE
-    + "local n0 = tonumber(ARGV[8])\n"
-    + _JOURNAL_CHECK.format(jkey="KEYS[7]", max="ARGV[11 + 2 * n0]")
-    + _PUT_BODY
-    + _JOURNAL_APPEND.format(
-        jkey="KEYS[7]", ukey="KEYS[6]", member="ARGV[10 + 2 * n]", payload="ARGV[9 + 2 * n]"
+
+def _journaled(body: str, *, count: str, stride: int, base: int, ukey: str, jkey: str) -> str:
+    """A write-behind script: ``body`` plus its journal entry, atomically.
+
+    The entry's payload, unflushed member and journal bound follow the body's own
+    arguments: ``ARGV[j+1]``, ``ARGV[j+2]``, ``ARGV[j+3]`` with ``j = base + stride * count``.
+    """
+    return (
+        _PRELUDE
+        + f"local j = {base} + {stride} * tonumber({count})\n"
+        + _JOURNAL_CHECK.format(jkey=jkey, max="ARGV[j + 3]")
+        + body
+        + _JOURNAL_APPEND.format(jkey=jkey, ukey=ukey, member="ARGV[j + 2]", payload="ARGV[j + 1]")
     )
+
+
+# Write-behind put: KEYS[7] journal; ARGV[9+2n..11+2n] payload, member, bound
+PUT_BEHIND_SCRIPT = _journaled(
+    _PUT_BODY, count="ARGV[8]", stride=2, base=8, ukey="KEYS[6]", jkey="KEYS[7]"
 )
 
 # Shared body of the two put_writes scripts: store pending writes of one checkpoint.
-# KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry
+# KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry  KEYS[4] the thread's unflushed hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)  ARGV[3] n
 # ARGV[4 .. 3+3n] field, value, mode ("r": replace, "n": first write wins)
 # ARGV[#ARGV] a new version token "v"
@@ -185,16 +193,10 @@ settle(KEYS[3], ttl)
 
 PUT_WRITES_SCRIPT = _PRELUDE + _PUT_WRITES_BODY + "return 1\n"
 
-# KEYS[4] journal  KEYS[5] the thread's unflushed hash
-# ARGV[4+3n] journal payload  ARGV[5+3n] unflushed member  ARGV[6+3n] journal bound
-PUT_WRITES_BEHIND_SCRIPT = (
-    _PRELUDE
-    + "local n0 = tonumber(ARGV[3])\n"
-    + _JOURNAL_CHECK.format(jkey="KEYS[4]", max="ARGV[6 + 3 * n0]")
-    + _PUT_WRITES_BODY
-    + _JOURNAL_APPEND.format(
-        jkey="KEYS[4]", ukey="KEYS[5]", member="ARGV[5 + 3 * n]", payload="ARGV[4 + 3 * n]"
-    )
+# Write-behind put_writes: KEYS[4] unflushed hash  KEYS[5] journal
+# ARGV[4+3n..6+3n] payload, member, bound
+PUT_WRITES_BEHIND_SCRIPT = _journaled(
+    _PUT_WRITES_BODY, count="ARGV[3]", stride=3, base=3, ukey="KEYS[4]", jkey="KEYS[5]"
 )
 
 # Load a checkpoint read from Postgres back into Redis, unless a live writer is at work on

@@ -5,8 +5,8 @@ delete, delete_for_runs, copy and prune.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -34,7 +34,15 @@ from langgraph_durable._core.records import (
     locate,
     pack_write,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement, new_version
+from langgraph_durable._core.requests import (
+    Cold,
+    Context,
+    Hot,
+    Op,
+    ScriptName,
+    Statement,
+    new_version,
+)
 from langgraph_durable.errors import ConfigurationError
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -48,33 +56,41 @@ def put(
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
     stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
-    where = stored.where
-    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
+    yield from _write(
+        ctx,
+        keys,
+        lambda: _put_statement(ctx, stored),
+        lambda: pack_checkpoint_entry(stored),
+        lambda token, ttl, journal: _put_hot(
+            keys, stored, token, ttl, ctx.config.hot_checkpoints, journal
+        ),
+    )
+    return stored.where.config(stored.checkpoint_id)
+
+
+def _write(
+    ctx: Context,
+    keys: ThreadKeys,
+    statement: Callable[[], Statement],
+    entry: Callable[[], bytes],
+    hot: Callable[[str, int, Journal | None], Hot],
+) -> Op[None]:
+    """The one write protocol of `put` and `put_writes`.
+
+    Write-behind: one hot script stores the change and journals ``entry``. Write-through,
+    or write-behind while Redis is bypassed: intent, Postgres commit, then the hot script
+    (which clears the intent). ``hot(token, ttl, journal)`` builds the script call.
+    """
     if ctx.config.write_mode == "behind":
-        entry = yield from try_hot(
-            ctx,
-            _put_hot(
-                keys,
-                stored,
-                "",
-                -1,
-                ctx.config.hot_checkpoints,
-                journal=(
-                    journal_key(ctx.config.key_prefix),
-                    pack_checkpoint_entry(stored),
-                    ctx.config.max_unflushed,
-                ),
-            ),
-        )
-        if entry is not None:
-            return where.config(stored.checkpoint_id)
+        journal = (journal_key(ctx.config.key_prefix), entry(), ctx.config.max_unflushed)
+        if (yield from try_hot(ctx, hot("", -1, journal))) is not None:
+            return None
     token = yield from announce(ctx, keys)
-    yield from commit(ctx, token, [where.thread_id], [_put_statement(ctx, stored)])
+    yield from commit(ctx, token, [keys.thread_id], [statement()])
     if token is not None:
-        yield from try_hot(
-            ctx, _put_hot(keys, stored, token, ctx.ttl_ms, ctx.config.hot_checkpoints)
-        )
-    return where.config(stored.checkpoint_id)
+        yield from try_hot(ctx, hot(token, ctx.ttl_ms, None))
+    return None
 
 
 def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
@@ -128,16 +144,26 @@ def _put_hot(
     ]
     for channel, version, frame in stored.blobs:
         args += [blob_field(channel, version), frame]
-    trim: list[str | bytes | int] = [keep, keys.unflushed_member(ns, ""), new_version()]
-    if journal is None:
-        return Hot("put", hot_keys, [*args, *trim])
-    key, payload, bound = journal
+    tail: list[str | bytes | int] = [keep, keys.unflushed_member(ns, ""), new_version()]
     member = keys.unflushed_member(ns, stored.checkpoint_id)
-    return Hot(
-        "put_behind",
-        [*hot_keys, key],
-        [*args, payload, member, bound, *trim],
-    )
+    return _hot_call("put", hot_keys, args, tail, member, journal)
+
+
+def _hot_call(
+    script: Literal["put", "put_writes"],
+    keys: list[str],
+    args: list[str | bytes | int],
+    tail: list[str | bytes | int],
+    member: str,
+    journal: Journal | None,
+) -> Hot:
+    """A hot write: the write-through script, or its write-behind twin with the journal key
+    and the entry's payload, unflushed member and bound between ``args`` and ``tail``."""
+    if journal is None:
+        return Hot(script, keys, [*args, *tail])
+    key, payload, bound = journal
+    behind: ScriptName = "put_behind" if script == "put" else "put_writes_behind"
+    return Hot(behind, [*keys, key], [*args, payload, member, bound, *tail])
 
 
 def put_writes(
@@ -148,33 +174,17 @@ def put_writes(
     task_path: str,
 ) -> Op[None]:
     where = locate(config, need_id=True)
-    assert where.checkpoint_id is not None
     stored = encode_writes(ctx.serde, where, writes, task_id, task_path)
     if not stored:
         return None
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
-    if ctx.config.write_mode == "behind":
-        entry = yield from try_hot(
-            ctx,
-            _writes_hot(
-                keys,
-                where,
-                stored,
-                "",
-                -1,
-                journal=(
-                    journal_key(ctx.config.key_prefix),
-                    pack_writes_entry(where, stored),
-                    ctx.config.max_unflushed,
-                ),
-            ),
-        )
-        if entry is not None:
-            return None
-    token = yield from announce(ctx, keys)
-    yield from commit(ctx, token, [where.thread_id], [_writes_statement(ctx, where, stored)])
-    if token is not None:
-        yield from try_hot(ctx, _writes_hot(keys, where, stored, token, ctx.ttl_ms))
+    yield from _write(
+        ctx,
+        keys,
+        lambda: _writes_statement(ctx, where, stored),
+        lambda: pack_writes_entry(where, stored),
+        lambda token, ttl, journal: _writes_hot(keys, where, stored, token, ttl, journal),
+    )
     return None
 
 
@@ -212,19 +222,13 @@ def _writes_hot(
         keys.intents,
         keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
         keys.registry,
+        keys.unflushed,
     ]
     args: list[str | bytes | int] = [token, ttl, len(stored)]
     for w in stored:
         args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
-    if journal is None:
-        return Hot("put_writes", hot_keys, [*args, new_version()])
-    key, payload, bound = journal
     member = keys.unflushed_member(where.checkpoint_ns, where.checkpoint_id)
-    return Hot(
-        "put_writes_behind",
-        [*hot_keys, key, keys.unflushed],
-        [*args, payload, member, bound, new_version()],
-    )
+    return _hot_call("put_writes", hot_keys, args, [new_version()], member, journal)
 
 
 # --------------------------------------------------------------------------- lifecycle
