@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -40,30 +41,48 @@ from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement, 
 logger = logging.getLogger("langgraph_durable")
 
 
-def _hot_tuple(ctx: Context, where: Location, reply: list[Any]) -> CheckpointTuple:
-    """Decode a GET script hit: ``hit, id, field, value, ..., "\\0blobs", field, frame...``."""
-    checkpoint_id = reply[1].decode()
-    fields: dict[bytes, bytes] = {}
-    writes: list[StoredWrite] = []
-    i = 2
-    while reply[i] != b"\x00blobs":
-        name, value = reply[i], reply[i + 1]
-        if name.startswith(b"w:"):
-            task_id, idx = parse_write_field(name.decode())
-            writes.append(unpack_write(task_id, idx, value))
-        else:
-            fields[name] = value
-        i += 2
-    blobs = [
-        (reply[j].split(b"\x00", 1)[0].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)
-    ]
-    parent = fields.get(b"p", b"").decode() or None
+@dataclass(frozen=True, slots=True)
+class HotRecord:
+    """One checkpoint as the GET script returns it:
+    ``hit, id, field, value, ..., "\\0blobs", blob field, frame, ...``."""
+
+    checkpoint_id: str
+    fields: dict[bytes, bytes]  # c (frame), m (metadata), p (parent), bk, v (version)
+    writes: list[StoredWrite]
+    blobs: list[tuple[str, bytes]]  # ("<channel>\\0<version>", frame)
+
+    @classmethod
+    def parse(cls, reply: list[Any]) -> HotRecord:
+        fields: dict[bytes, bytes] = {}
+        writes: list[StoredWrite] = []
+        i = 2
+        while reply[i] != b"\x00blobs":
+            name, value = reply[i], reply[i + 1]
+            if name.startswith(b"w:"):
+                task_id, idx = parse_write_field(name.decode())
+                writes.append(unpack_write(task_id, idx, value))
+            else:
+                fields[name] = value
+            i += 2
+        blobs = [(reply[j].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)]
+        return cls(reply[1].decode(), fields, writes, blobs)
+
+    @property
+    def version(self) -> str:
+        return self.fields.get(b"v", b"").decode()
+
+
+def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTuple:
+    """Decode a hot record into a tuple; raises `Damaged` when a frame fails."""
+    parent = record.fields.get(b"p", b"").decode() or None
     try:
-        metadata = loads_metadata(fields[b"m"])
+        metadata = loads_metadata(record.fields[b"m"])
     except (FrameError, ValueError) as exc:
         raise Damaged("metadata", str(exc)) from exc
+    blobs = [(field.split("\x00", 1)[0], frame) for field, frame in record.blobs]
     return build_tuple(
-        ctx.serde, where, checkpoint_id, parent, fields[b"c"], metadata, blobs, writes
+        ctx.serde, where, record.checkpoint_id, parent, record.fields[b"c"], metadata, blobs,
+        record.writes,
     )
 
 
@@ -94,7 +113,7 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
             row["checkpoint_id"],
             row["parent_checkpoint_id"],
             row["checkpoint"],
-            row["metadata"],
+            loads_metadata(row["metadata"]),
             blobs,
             writes,
         )
@@ -120,11 +139,11 @@ def _repair_cold(
     )
     if not reply or reply[0] != b"hit":
         return None
+    record = HotRecord.parse(reply)
     try:
-        good = _hot_tuple(ctx, where, reply)
+        good = _hot_tuple(ctx, where, record)
     except Damaged:
         return None
-    hot = _hot_parts(reply)
     statements = [
         Statement(
             ctx.statements.repair_checkpoint_sql,
@@ -132,11 +151,11 @@ def _repair_cold(
                 "thread_id": where.thread_id,
                 "checkpoint_ns": ns,
                 "checkpoint_id": row["checkpoint_id"],
-                "checkpoint": hot["c"],
+                "checkpoint": record.fields[b"c"],
             },
         )
     ]
-    for field, frame in hot["blobs"]:
+    for field, frame in record.blobs:
         channel, _, version = field.partition("\x00")
         statements.append(
             Statement(
@@ -158,15 +177,6 @@ def _repair_cold(
         row["checkpoint_id"],
     )
     return good
-
-
-def _hot_parts(reply: list[Any]) -> dict[str, Any]:
-    i, fields = 2, {}
-    while reply[i] != b"\x00blobs":
-        fields[reply[i].decode()] = reply[i + 1]
-        i += 2
-    blobs = [(reply[j].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)]
-    return {"c": fields["c"], "blobs": blobs}
 
 
 def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
@@ -209,13 +219,14 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
         )
     if reply is not None and reply[0] == b"hit":
         try:
-            tup = _hot_tuple(ctx, where, reply)
+            record = HotRecord.parse(reply)
+            tup = _hot_tuple(ctx, where, record)
         except Damaged as damage:
             logger.warning(
                 "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
             )
         else:
-            ctx.cache.store(where.thread_id, ns, reply[1].decode(), _field(reply, b"v"), tup)
+            ctx.cache.store(where.thread_id, ns, record.checkpoint_id, record.version, tup)
             return tup
     if where.checkpoint_id is None:
         query, params = (
@@ -238,16 +249,6 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     if reply is not None:
         yield from _warm(ctx, keys, rows[0])
     return tup
-
-
-def _field(reply: list[Any], name: bytes) -> str:
-    """A field of a GET reply's checkpoint hash ("" if absent)."""
-    i = 2
-    while reply[i] != b"\x00blobs":
-        if reply[i] == name:
-            return str(reply[i + 1].decode())
-        i += 2
-    return ""
 
 
 def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
@@ -278,7 +279,7 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
                 ctx.ttl_ms,
                 row["checkpoint_id"],
                 row["checkpoint"],
-                json.dumps(row["metadata"], separators=(",", ":"), ensure_ascii=False),
+                row["metadata"],
                 row["parent_checkpoint_id"] or "",
                 json.dumps(refs),
                 len(blobs),
@@ -338,7 +339,7 @@ def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
     out = []
     for rec in records or []:
         where = Location(thread_id, unb64(rec[0]), None)
-        out.append(_hot_tuple(ctx, where, [b"hit", *rec[1:]]))
+        out.append(_hot_tuple(ctx, where, HotRecord.parse([b"hit", *rec[1:]])))
     return out
 
 

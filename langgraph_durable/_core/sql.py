@@ -89,7 +89,7 @@ CREATE TABLE {schema}.lgd_hot_invalidations (
 _SELECT_TUPLES = """
 WITH picked AS ({pick})
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-       c.checkpoint, c.metadata,
+       c.checkpoint, c.metadata::text AS metadata,  -- decoded once, and re-used to warm
        bl.channels AS blob_channels, bl.versions AS blob_versions, bl.blobs AS blobs,
        wr.task_ids AS write_task_ids, wr.idxs AS write_idxs, wr.channels AS write_channels,
        wr.paths AS write_paths, wr.blobs AS write_blobs
