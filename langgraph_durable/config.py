@@ -48,6 +48,9 @@ class SaverConfig:
         postgres_max_connections: size of the Postgres connection pool (callers wait).
         pool_timeout: how long a caller waits for a pooled connection before an error.
         breaker_cooldown: how long the hot tier is bypassed after it failed, before a probe.
+        stale_poll_interval: how often this process looks for threads another process
+            wrote while it could not reach Redis (their hot copies are dropped). It bounds
+            how long such a write can stay unseen by readers of Redis.
         flush_interval: write-behind: the longest an acknowledged write waits for a flush.
         flush_batch: write-behind: the most journal entries one flush transaction carries.
         flush_policy: write-behind: ``"all"`` flushes every checkpoint; ``"latest"`` only the
@@ -74,6 +77,7 @@ class SaverConfig:
     postgres_max_connections: int = 10
     pool_timeout: float | timedelta = 30.0
     breaker_cooldown: float | timedelta = 1.0
+    stale_poll_interval: float | timedelta = 1.0
     flush_interval: float | timedelta = 0.25
     flush_batch: int = 256
     flush_policy: FlushPolicy = "all"
@@ -114,6 +118,7 @@ class SaverConfig:
             "write_deadline",
             "pool_timeout",
             "breaker_cooldown",
+            "stale_poll_interval",
             "reclaim_after",
         ):
             if seconds(getattr(self, name)) < 0:

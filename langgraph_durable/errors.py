@@ -63,7 +63,33 @@ class TierUnavailableError(DurableError):
 
 
 class ThreadConflictError(DurableError):
-    """Two writers disagreed about one thread's state."""
+    """Another run moved the thread's head since this run read it: committing on top of
+    the head this run saw would fork the thread's history.
+
+    Attributes name the thread and namespace, the checkpoint this run extended
+    (``expected``), the head it found (``head``), and the run that wrote that head
+    (``run_id``, from the head's metadata; ``None`` when unknown).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str,
+        checkpoint_ns: str = "",
+        expected: str | None = None,
+        head: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.expected = expected
+        self.head = head
+        self.run_id = run_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class ToolCallError(DurableError):

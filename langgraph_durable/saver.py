@@ -31,7 +31,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import hot, journal, migrate, ops
 from langgraph_durable._core.ledger_sql import LEDGER_MIGRATIONS
-from langgraph_durable._core.requests import Breaker, Context, Op
+from langgraph_durable._core.requests import Breaker, Context, MarkClock, Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
@@ -92,6 +92,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             statements=Statements(self.config.schema),
             serde=self.serde,
             breaker=Breaker(seconds(self.config.breaker_cooldown)),
+            marks=MarkClock(seconds(self.config.stale_poll_interval)),
         )
         self._lock = threading.Lock()
         self._sync: sync.Tiers | None = None
@@ -144,12 +145,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
         tiers = self._tiers()
         if self._ctx.breaker.should_probe():
             tiers.run(ops.recover_hot(self._ctx))
+        elif self._ctx.marks.due():
+            tiers.run(ops.poll_marks(self._ctx))
         return tiers.run(op)
 
     async def _arun(self, op: Op[T]) -> T:
         tiers = await self._atiers()
         if self._ctx.breaker.should_probe():
             await tiers.run(ops.recover_hot(self._ctx))
+        elif self._ctx.marks.due():
+            await tiers.run(ops.poll_marks(self._ctx))
         return await tiers.run(op)
 
     def _write(self, op: Op[T]) -> T:
@@ -174,12 +179,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 then serves from Postgres until it is back).
             SchemaVersionError: the schema was migrated by a newer release.
         """
-        self._run(migrate.setup(self.config.schema, self.migrations))
+        self._tiers().run(migrate.setup(self.config.schema, self.migrations))
         self._run(hot.connect(self._ctx))
 
     async def asetup(self) -> None:
         """Async twin of `setup`."""
-        await self._arun(migrate.setup(self.config.schema, self.migrations))
+        await (await self._atiers()).run(migrate.setup(self.config.schema, self.migrations))
         await self._arun(hot.connect(self._ctx))
 
     def _start_flusher(self) -> None:

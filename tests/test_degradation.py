@@ -48,8 +48,10 @@ def test_redis_down_serves_from_postgres_and_recovers(
     namespace: tuple[str, str], write_mode: str, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Redis dies: graphs keep running on Postgres alone, health says so; Redis returns:
-    the breaker closes and the hot tier serves again."""
+    """Redis dies: write-through graphs keep running on Postgres alone; write-behind ones
+    fail closed with TierUnavailableError(tier="hot") rather than fork the thread from
+    Postgres's older state; health says so. Redis returns: the breaker closes, the hot tier
+    serves again, and the thread goes on from its last acknowledged checkpoint."""
     with private_redis(tmp_path) as server:
         saver = _saver(namespace, write_mode, server.url)
         graph = chat_graph(saver)
@@ -58,8 +60,13 @@ def test_redis_down_serves_from_postgres_and_recovers(
         saver.flush()
         server.kill()
         with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
-            out = graph.invoke({"messages": [("user", "during")]}, config)
-        assert len(out["messages"]) == 8
+            if write_mode == "behind":
+                with pytest.raises(TierUnavailableError) as raised:
+                    graph.invoke({"messages": [("user", "during")]}, config)
+                assert raised.value.tier == "hot"
+            else:
+                out = graph.invoke({"messages": [("user", "during")]}, config)
+                assert len(out["messages"]) == 8
         assert any("hot tier unavailable" in r.message for r in caplog.records)
         health = saver.health()
         assert health["hot"]["breaker"] == "open" and health["hot"]["trips"] >= 1
@@ -68,8 +75,10 @@ def test_redis_down_serves_from_postgres_and_recovers(
         server.start()
         time.sleep(0.15)
         out = graph.invoke({"messages": [("user", "after")]}, config)
-        assert [m.content for m in out["messages"]][-4:] == ["after", "plan #9", "act #10",
-                                                             "finish #11"]
+        turns = 3 if write_mode == "through" else 2
+        assert [m.content for m in out["messages"]][-4:] == [
+            "after", f"plan #{4 * turns - 3}", f"act #{4 * turns - 2}", f"finish #{4 * turns - 1}"
+        ]
         health = saver.health()
         assert health["hot"]["breaker"] == "closed" and health["hot"]["recoveries"] >= 1
         saver.close()
@@ -78,10 +87,11 @@ def test_redis_down_serves_from_postgres_and_recovers(
 def test_redis_back_with_old_data_is_not_trusted(
     namespace: tuple[str, str], write_mode: str, tmp_path: Path
 ) -> None:
-    """Redis restarts from its AOF holding an older state than Postgres (writes went to
-    Postgres while it was down): the old hot copy is dropped before Redis is used again."""
+    """Redis restarts from its AOF holding an older state than Postgres (a write-through
+    process wrote Postgres while it was down): the old hot copy is dropped before Redis is
+    used again, by that process and by one (of either mode) that never saw the outage."""
     with private_redis(tmp_path, appendonly="always") as server:
-        saver = _saver(namespace, write_mode, server.url)
+        saver = _saver(namespace, "through", server.url)
         config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
         _put(saver, config, "old")
         saver.flush()

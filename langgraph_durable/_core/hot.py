@@ -6,23 +6,30 @@ prune): announce an intent in Redis, commit in Postgres, then apply the change t
 and clear the intent in one script. A reader that finds an intent reads Postgres, so Redis
 never serves a state older than an acknowledged one, whichever step a crash interrupts.
 When Redis cannot be reached the write goes to Postgres alone and, in the same
-transaction, marks the thread's hot copy stale; the marks are applied before Redis is
-trusted again (`recover_hot`).
+transaction, marks the thread's hot copy stale. Every process applies the marks Redis has
+not seen before it first trusts Redis, after a write of its own bypassed Redis, and then
+every ``stale_poll_interval`` (`apply_marks`), so another process serves a copy older than
+such a write for at most that long.
+
+Every Postgres commit gives the namespaces it changes a new version (one sequence), and
+Redis keeps the newest version it has seen: a copy read before a change can never replace
+the copy the change produced (see `_core/lua.py`).
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
 from langgraph_durable._core.keys import (
     ThreadKeys,
     journal_key,
+    marks_key,
 )
 from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -43,9 +50,21 @@ def try_hot(ctx: Context, request: Hot) -> Op[Any]:
     return result
 
 
+def bypassed(thread_id: str) -> TierUnavailableError:
+    """The error of a write-behind read or write while Redis is bypassed: Redis may hold
+    entries of the thread that Postgres lacks, so serving or extending Postgres's state
+    could return an older checkpoint or fork the thread."""
+    return TierUnavailableError(
+        f"Redis (hot tier) is unavailable and thread {thread_id!r} may have write-behind "
+        "entries only Redis holds; its reads and writes wait for Redis rather than serve "
+        "older state or fork it",
+        tier="hot",
+    )
+
+
 def announce(ctx: Context, keys: ThreadKeys) -> Op[str | None]:
     """Record a write intent; returns its token, or ``None`` if Redis is bypassed."""
-    token = uuid.uuid4().hex
+    token = secrets.token_hex(16)
     done = yield from try_hot(
         ctx, Hot("intent", [keys.intents], [token, ctx.deadline_ms, ctx.intent_ttl_ms])
     )
@@ -59,41 +78,94 @@ def stale_mark(ctx: Context, thread_id: str) -> Statement:
 def commit(
     ctx: Context, token: str | None, thread_ids: Sequence[str], statements: Sequence[Statement]
 ) -> Op[list[Any]]:
-    """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too."""
+    """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too, and
+    have this process apply the marks before its next operation."""
     marks = [] if token is not None else [stale_mark(ctx, t) for t in thread_ids]
     result: list[Any] = yield Cold((*statements, *marks))
+    if marks:
+        ctx.marks.due_now()
     return result
 
 
+def drop(ctx: Context, keys: ThreadKeys, token: str | None, tombstone: int) -> Op[Any]:
+    """Drop a thread's hot copy, leaving ``tombstone`` as the version below which no copy
+    of it is accepted again."""
+    return (
+        yield from try_hot(
+            ctx,
+            Hot(
+                "drop_thread",
+                [keys.intents, keys.registry, keys.versions],
+                [token or "", tombstone, ctx.ttl_ms],
+            ),
+        )
+    )
+
+
+def apply_marks(ctx: Context) -> Op[int]:
+    """Drop the hot copy of every thread a write changed while it bypassed Redis, for the
+    marks this Redis has not applied yet; returns how many threads were dropped.
+
+    The highest mark applied is kept in Redis itself, so a Redis restored from an older
+    snapshot applies again the marks made since. Raises `TierUnavailableError` when a tier
+    cannot be reached; nothing is recorded as applied then.
+    """
+    watermark = marks_key(ctx.config.key_prefix)
+    ctx.marks.checked()
+    applied = int((yield Hot("marks", [watermark], [""])) or 0)
+    dropped = 0
+    while rows := (
+        yield Cold.one(ctx.statements.pending_marks_sql, {"after": applied}, fetch=True)
+    )[0]:
+        for row in rows:
+            keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
+            yield Hot(
+                "drop_thread",
+                [keys.intents, keys.registry, keys.versions],
+                ["", row["version"], ctx.ttl_ms],
+            )
+        applied = max(r["seq"] for r in rows)
+        yield Hot("marks", [watermark], [applied])
+        dropped += len(rows)
+    if dropped:
+        keep = max(2 * ctx.ttl_ms / 1000, 3600.0)
+        yield Cold.one(ctx.statements.forget_marks_sql, {"keep": keep})
+        logger.warning(
+            "dropped the hot copy of %d threads written while Redis was bypassed", dropped
+        )
+    return dropped
+
+
+def poll_marks(ctx: Context) -> Op[None]:
+    """Apply pending stale marks if they are due; a tier that cannot be reached delays the
+    next try by one interval instead of failing the caller's operation."""
+    if not ctx.breaker.allows():
+        return None
+    try:
+        yield from apply_marks(ctx)
+    except TierUnavailableError as exc:
+        logger.debug("stale marks not checked: %s", exc)
+        if exc.tier == "hot":
+            ctx.breaker.failure()
+    except SchemaVersionError:
+        pass  # not set up yet: the operation itself says so
+    return None
+
+
 def recover_hot(ctx: Context) -> Op[bool]:
-    """Probe Redis after an outage; before trusting it again, drop the hot copy of every
-    thread written while it was bypassed (Redis may have come back with older data).
+    """Probe Redis after an outage; before trusting it again, apply every stale mark
+    (Redis may have come back with older data).
 
     Returns whether the hot tier is usable again; on failure the breaker stays open.
     """
     try:
         yield Hot("journal_state", [journal_key(ctx.config.key_prefix)], [])
-        dropped = 0
-        while rows := (yield Cold.one(ctx.statements.take_hot_stale_sql, {}, fetch=True))[0]:
-            for row in rows:
-                keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
-                yield Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [""])
-            yield Cold.one(
-                ctx.statements.clear_hot_stale_sql,
-                {
-                    "thread_ids": [r["thread_id"] for r in rows],
-                    "before": max(r["at"] for r in rows),
-                },
-            )
-            dropped += len(rows)
+        yield from apply_marks(ctx)
     except TierUnavailableError as exc:
         logger.debug("hot tier still unavailable: %s", exc)
         ctx.breaker.failure()
         return False
-    logger.warning(
-        "hot tier back; dropped the hot copy of %d threads written while it was unavailable",
-        dropped,
-    )
+    logger.warning("hot tier back")
     ctx.breaker.recovered()
     return True
 

@@ -91,12 +91,15 @@ class _Batch:
         self.checkpoints: dict[tuple[str, str, str], list[Any]] = {}
         self.writes: dict[tuple[str, str, str, str, int], list[Any]] = {}
         self.special: dict[tuple[str, str, str, str, int], list[Any]] = {}
+        # every namespace the batch touches -> its newest checkpoint id ("" if none)
+        self.heads: dict[tuple[str, str], str] = {}
 
     def add_checkpoint(self, e: Entry) -> None:
         _, t, ns, cid, parent, run_id, frame, versions, metadata, blobs = e.body
         for channel, version, blob in blobs:
             self.blobs.setdefault((t, ns, channel, version), blob)
         self.checkpoints[(t, ns, cid)] = [t, ns, cid, parent, run_id, frame, versions, metadata]
+        self.heads[(t, ns)] = max(self.heads.get((t, ns), ""), cid)
 
     def add_blobs_only(self, e: Entry) -> None:
         _, t, ns, _, _, _, _, _, _, blobs = e.body
@@ -105,6 +108,7 @@ class _Batch:
 
     def add_writes(self, e: Entry) -> None:
         _, t, ns, cid, writes = e.body
+        self.heads.setdefault((t, ns), "")
         for task_id, idx, channel, task_path, frame in writes:
             key = (t, ns, cid, task_id, idx)
             row = [t, ns, cid, task_id, idx, channel, task_path, frame]
@@ -164,6 +168,19 @@ class _Batch:
             if rows_by_key:
                 rows = list(rows_by_key.values())
                 out.append(Statement(query, {n: [r[i] for r in rows] for i, n in enumerate(names)}))
+        if self.heads:
+            spaces = sorted(self.heads)  # one lock order for concurrent flushers
+            out.append(
+                Statement(
+                    st.flush_heads_sql,
+                    {
+                        "thread_ids": [k[0] for k in spaces],
+                        "namespaces": [k[1] for k in spaces],
+                        "heads": [self.heads[k] or None for k in spaces],
+                    },
+                    fetch=True,
+                )
+            )
         return tuple(out)
 
 
@@ -213,12 +230,16 @@ def flush_batch(ctx: Context) -> Op[int]:
         return 0
     entries = [_decode(r) for r in raw]
     statements = _plan(ctx, entries).statements(ctx)
+    versions: list[dict[str, Any]] = []
     if statements:
-        yield Cold(statements)
-    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms]
+        versions = (yield Cold(statements))[-1] or []
+    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(entries)]
     for e in entries:
         keys = ThreadKeys(prefix, e.thread_id)
         ack += [e.id, keys.unflushed, keys.unflushed_member(e.ns, e.checkpoint_id), keys.registry]
+    for row in versions:
+        keys = ThreadKeys(prefix, row["thread_id"])
+        ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
     yield Hot("flush_ack", [journal], ack)
     return len(entries)
 

@@ -10,7 +10,14 @@ no id can close the hash tag, add a separator, or collide with another id's keys
     <prefix>:{<b64 thread>}:c:<b64 ns>:<id>    HASH  one checkpoint: c, m, p, bk, w:<idx>:<task>
     <prefix>:{<b64 thread>}:u                  HASH  write-behind: "<b64 ns>:<id>" -> entries
                                                      of that checkpoint not yet in Postgres
+    <prefix>:{<b64 thread>}:v                  HASH  "<b64 ns>" -> newest version of the
+                                                     namespace seen; "*" -> tombstone
     <prefix>:journal                           STREAM write-behind flush journal
+    <prefix>:marks                             STRING highest stale mark applied
+
+The registry lists the keys that make up the thread's copy; a key it does not list is a
+leftover (of an eviction or a drop) and is never served. Versions come from a Postgres
+sequence: every commit that changes a namespace gives it a new, larger one.
 
 A checkpoint id is the last component, after a base64 namespace that holds no ``:``, so it
 can be used verbatim.
@@ -67,7 +74,7 @@ def parse_write_field(field: str) -> tuple[str, int]:
 class ThreadKeys:
     """The key names of one thread."""
 
-    __slots__ = ("base", "intents", "registry", "thread_id", "unflushed")
+    __slots__ = ("base", "intents", "registry", "thread_id", "unflushed", "versions")
 
     def __init__(self, prefix: str, thread_id: str) -> None:
         self.thread_id = thread_id
@@ -75,6 +82,7 @@ class ThreadKeys:
         self.registry = f"{self.base}:k"
         self.intents = f"{self.base}:in"
         self.unflushed = f"{self.base}:u"
+        self.versions = f"{self.base}:v"
 
     def index(self, ns: str) -> str:
         return f"{self.base}:i:{b64(ns)}"
@@ -89,9 +97,19 @@ class ThreadKeys:
         return f"{self.base}:c:{b64(ns)}:{checkpoint_id}"
 
     @staticmethod
+    def version_field(ns: str) -> str:
+        """Field of a namespace inside the thread's versions hash."""
+        return f"{b64(ns)}:"
+
+    @staticmethod
     def unflushed_member(ns: str, checkpoint_id: str) -> str:
         """Member of the unflushed hash; also the checkpoint key's suffix after ``:c:``."""
         return f"{b64(ns)}:{checkpoint_id}"
+
+
+def marks_key(prefix: str) -> str:
+    """Key of the highest stale mark this Redis has applied (see `hot.apply_marks`)."""
+    return f"{prefix}:marks"
 
 
 def journal_key(prefix: str) -> str:

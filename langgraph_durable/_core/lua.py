@@ -19,15 +19,40 @@ local function settle(key, ttl)
   if ttl < 0 then redis.call('PERSIST', key)
   elseif ttl > 0 then redis.call('PEXPIRE', key, ttl) end
 end
+-- The newest version of a namespace's copy Redis has seen: its own, or the thread's
+-- tombstone (set when the thread was dropped), whichever is larger.
+local function held(vkey, field)
+  local own = tonumber(redis.call('HGET', vkey, field) or '0') or 0
+  local tomb = tonumber(redis.call('HGET', vkey, '*') or '0') or 0
+  return math.max(own, tomb), tomb
+end
+local function raise_version(vkey, field, version)
+  if version > (tonumber(redis.call('HGET', vkey, field) or '0') or 0) then
+    redis.call('HSET', vkey, field, version)
+  end
+end
+-- A namespace's index and blob hash belong to the thread's copy only while the registry
+-- lists them. Keys it does not list outlived an eviction or a drop: remove them (and the
+-- checkpoints their index names) before anything is written next to them.
+local function adopt(registry, index, blobs, prefix)
+  if redis.call('SISMEMBER', registry, index) == 1 then return end
+  for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    redis.call('DEL', prefix .. id)
+  end
+  redis.call('DEL', index, blobs)
+end
 """
 
 # Read one checkpoint (the latest of its namespace, or a given id) with its blobs and
 # pending writes, in one round trip. A thread with any write intent is "busy": a write
 # may have committed in Postgres and not reached Redis yet, so the caller reads Postgres.
-# KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] registry
+# A key the thread's registry does not list is not part of its copy (it outlived an
+# eviction or a drop): the read is a miss.
+# KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] registry  KEYS[5] unflushed
 # ARGV[1] checkpoint key prefix  ARGV[2] checkpoint id or ""  ARGV[3] ttl ms (0: none)
 # ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
-# returns {"busy"} | {"miss"} | {"same", id} (the caller's copy is current)
+# returns {"busy"} | {"miss", dirty} (dirty = 1: the thread has entries not yet flushed)
+#       | {"same", id} (the caller's copy is current)
 #       | {"hit", id, field, value, ..., "\0blobs", field, frame, ...}
 GET_SCRIPT = (
     _PRELUDE
@@ -53,26 +78,37 @@ local function record(key, id)
   end
   return out
 end
+local function miss()
+  return {'miss', redis.call('EXISTS', KEYS[5])}
+end
 if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy'} end
+if redis.call('SISMEMBER', KEYS[4], KEYS[2]) == 0 then return miss() end
 local id = ARGV[2]
 if id == '' then
   local last = redis.call('ZRANGE', KEYS[2], -1, -1)
-  if #last == 0 then return {'miss'} end
+  if #last == 0 then return miss() end
   id = last[1]
 end
+if redis.call('SISMEMBER', KEYS[4], ARGV[1] .. id) == 0 then return miss() end
 local ttl = tonumber(ARGV[3])
 local out
 if id == ARGV[4] and ARGV[5] ~= '' and redis.call('HGET', ARGV[1] .. id, 'v') == ARGV[5] then
   out = {'same', id}
 else
   out = record(ARGV[1] .. id, id)
-  if out == nil then return {'miss'} end
+  if out == nil then return miss() end
 end
 refresh(ARGV[1] .. id, ttl)
 for i = 2, 4 do refresh(KEYS[i], ttl) end
 return out
 """
 )
+
+# Clear a write intent whose write committed nothing (the head had moved on).
+# KEYS[1] intents  ARGV[1] token
+RELEASE_SCRIPT = """
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
 
 # Announce a write-through write before its Postgres transaction.
 # KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms
@@ -86,28 +122,54 @@ return 1
 # then keep the namespace's hot history bounded: once it holds twice `keep` checkpoints,
 # the oldest are dropped down to `keep` (never one with unflushed entries), with every
 # blob version no remaining checkpoint refers to. Older checkpoints are read from Postgres.
+#
+# Write-through (after the Postgres commit): a write older than the thread's tombstone
+# (the thread was deleted or invalidated after it committed) changes nothing; otherwise the
+# namespace's version rises to the committed one.
+# Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
+# namespace's head: its parent (or itself, a retry) must be the latest id of the index.
+# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot (the
+# caller then writes through Postgres, which knows the head).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
-# KEYS[6] the thread's unflushed hash
+# KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
 # ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata json  ARGV[6] parent id or ""
-# ARGV[7] blob refs (json array of fields)  ARGV[8] n  ARGV[9 .. 8+2n] blob field, frame
-# ARGV[#ARGV-2] keep (0: keep all)  ARGV[#ARGV-1] unflushed member prefix ("<b64 ns>:")
-# ARGV[#ARGV] a new version token "v" (decoded copies holding another one are stale)
+# ARGV[7] blob refs (json array of fields)  ARGV[8] keep (0: keep all)
+# ARGV[9] unflushed member prefix ("<b64 ns>:")  ARGV[10] a new cache token "v"
+# ARGV[11] committed version (write-through) or "0"  ARGV[12] "1": must extend the head
+# ARGV[13] versions field of the namespace  ARGV[14] n  ARGV[15 .. 14+2n] blob field, frame
 _PUT_BODY = """
 local ttl = tonumber(ARGV[2])
-local n = tonumber(ARGV[8])
+local n = tonumber(ARGV[14])
+local version = tonumber(ARGV[11])
+local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
+if version > 0 then
+  local _, tomb = held(KEYS[7], ARGV[13])
+  if version < tomb then
+    if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+    return 0
+  end
+end
+if ARGV[12] == '1' then
+  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return {'cold'} end
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1)
+  if #last == 0 then return {'cold'} end
+  if last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then return {'conflict', last[1]} end
+end
+adopt(KEYS[5], KEYS[2], KEYS[3], prefix)
 redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7],
-           'v', ARGV[#ARGV])
+           'v', ARGV[10])
 redis.call('ZADD', KEYS[2], 0, ARGV[3])
-if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 9, 8 + 2 * n)) end
+if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 15, 14 + 2 * n)) end
 redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
+if version > 0 then raise_version(KEYS[7], ARGV[13], version) end
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 for i = 2, 5 do settle(KEYS[i], ttl) end
-local keep = tonumber(ARGV[#ARGV - 2])
+settle(KEYS[7], ttl)
+local keep = tonumber(ARGV[8])
 local total = redis.call('ZCARD', KEYS[2])
 -- unflushed checkpoints cannot go: trim only once enough flushed ones piled up
 if keep > 0 and total - redis.call('HLEN', KEYS[6]) > 2 * keep then
-  local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
   local needed = {}
   local function need(id)
     local bk = redis.call('HGET', prefix .. id, 'bk')
@@ -116,7 +178,7 @@ if keep > 0 and total - redis.call('HLEN', KEYS[6]) > 2 * keep then
   for _, id in ipairs(redis.call('ZRANGE', KEYS[2], total - keep, -1)) do need(id) end
   local drop = {}
   for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, total - keep - 1)) do
-    if redis.call('HEXISTS', KEYS[6], ARGV[#ARGV - 1] .. id) == 1 then need(id)
+    if redis.call('HEXISTS', KEYS[6], ARGV[9] .. id) == 1 then need(id)
     else drop[#drop + 1] = id end
   end
   for _, id in ipairs(drop) do
@@ -157,6 +219,7 @@ def _journaled(body: str, *, count: str, stride: int, base: int, ukey: str, jkey
 
     The entry's payload, unflushed member and journal bound follow the body's own
     arguments: ``ARGV[j+1]``, ``ARGV[j+2]``, ``ARGV[j+3]`` with ``j = base + stride * count``.
+    A body that returns early (a refusal) appends nothing.
     """
     return (
         _PRELUDE
@@ -167,78 +230,129 @@ def _journaled(body: str, *, count: str, stride: int, base: int, ukey: str, jkey
     )
 
 
-# Write-behind put: KEYS[7] journal; ARGV[9+2n..11+2n] payload, member, bound
+# Write-behind put: KEYS[8] journal; ARGV[15+2n..17+2n] payload, member, bound
 PUT_BEHIND_SCRIPT = _journaled(
-    _PUT_BODY, count="ARGV[8]", stride=2, base=8, ukey="KEYS[6]", jkey="KEYS[7]"
+    _PUT_BODY, count="ARGV[14]", stride=2, base=14, ukey="KEYS[6]", jkey="KEYS[8]"
 )
 
 # Shared body of the two put_writes scripts: store pending writes of one checkpoint.
+# LangGraph may save a task's writes before the checkpoint they belong to (durability
+# "async"): they then wait in a hash without the checkpoint's fields, which reads treat as
+# a miss until the put completes it.
+# Write-through: a write older than the thread's tombstone changes nothing; one older
+# than the namespace's version adds its ordinary writes but does not replace special ones.
 # KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry  KEYS[4] the thread's unflushed hash
-# ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)  ARGV[3] n
-# ARGV[4 .. 3+3n] field, value, mode ("r": replace, "n": first write wins)
-# ARGV[#ARGV] a new version token "v"
+# KEYS[5] index(ns)  KEYS[6] blobs(ns)  KEYS[7] versions hash
+# ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
+# ARGV[3] a new cache token "v"  ARGV[4] committed version or "0"  ARGV[5] versions field
+# ARGV[6] n  ARGV[7 .. 6+3n] field, value, mode ("r": replace, "n": first write wins)
 _PUT_WRITES_BODY = """
 local ttl = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-for i = 4, 3 + 3 * n, 3 do
-  if ARGV[i + 2] == 'r' then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+local n = tonumber(ARGV[6])
+local version = tonumber(ARGV[4])
+local function done()
+  if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+end
+local newest, tomb = held(KEYS[7], ARGV[5])
+if version > 0 and version < tomb then done() return 0 end
+local late = version > 0 and version < newest
+for i = 7, 6 + 3 * n, 3 do
+  if ARGV[i + 2] == 'r' and not late then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   else redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
 end
-redis.call('HSET', KEYS[2], 'v', ARGV[#ARGV])
-redis.call('SADD', KEYS[3], KEYS[2])
-if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+redis.call('HSET', KEYS[2], 'v', ARGV[3])
+if version > 0 then raise_version(KEYS[7], ARGV[5], version) end
+done()
 settle(KEYS[2], ttl)
+for i = 5, 7 do settle(KEYS[i], ttl) end
 settle(KEYS[3], ttl)
 """
 
 PUT_WRITES_SCRIPT = _PRELUDE + _PUT_WRITES_BODY + "return 1\n"
 
-# Write-behind put_writes: KEYS[4] unflushed hash  KEYS[5] journal
-# ARGV[4+3n..6+3n] payload, member, bound
+# Write-behind put_writes: KEYS[8] journal; ARGV[7+3n..9+3n] payload, member, bound
 PUT_WRITES_BEHIND_SCRIPT = _journaled(
-    _PUT_WRITES_BODY, count="ARGV[3]", stride=3, base=3, ukey="KEYS[4]", jkey="KEYS[5]"
+    _PUT_WRITES_BODY, count="ARGV[6]", stride=3, base=6, ukey="KEYS[4]", jkey="KEYS[8]"
 )
 
-# Load a checkpoint read from Postgres back into Redis, unless a live writer is at work on
-# the thread (its intent has not passed its deadline). Expired intents (writers that died)
+# Load the latest checkpoint of a namespace, read from Postgres, into Redis ("head" mode),
+# or rewrite a damaged checkpoint the thread's copy already holds ("repair" mode, which
+# never touches the index: a read by id must not create or move a head). Refused
+# (returns 0) while a live writer is at work on the thread (its intent has not passed its
+# deadline), while the thread has entries not yet flushed (Redis is newer than Postgres),
+# and when the copy read is older than one Redis has already seen (its version is below
+# the namespace's version or the thread's tombstone). Expired intents (writers that died)
 # are cleared: the Postgres read that preceded this call saw whatever they committed.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
+# KEYS[6] unflushed hash  KEYS[7] versions hash
 # ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata
-# ARGV[6] parent  ARGV[7] blob refs  ARGV[8] number of blob pairs n
-# ARGV[9 .. 8+2n] blob field, frame  ARGV[9+2n ..] write field, value (and "v", token)
-# returns 1 if warmed, 0 if a live writer holds the thread
+# ARGV[6] parent  ARGV[7] blob refs  ARGV[8] version read  ARGV[9] versions field
+# ARGV[10] "head" or "repair"  ARGV[11] number of blob pairs n
+# ARGV[12 .. 11+2n] blob field, frame  ARGV[12+2n ..] write field, value (and "v", token)
+# returns 1 if warmed, 0 if refused
 WARM_SCRIPT = (
     _PRELUDE
     + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
+if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+local version = tonumber(ARGV[8])
+if version < held(KEYS[7], ARGV[9]) then return 0 end
+local head = ARGV[10] == 'head'
+if not head and redis.call('SISMEMBER', KEYS[5], KEYS[4]) == 0 then return 0 end
 local ttl = tonumber(ARGV[2])
-local n = tonumber(ARGV[8])
-local fresh = {}
-for i = 2, 5 do fresh[i] = redis.call('EXISTS', KEYS[i]) == 0 end
+local n = tonumber(ARGV[11])
+if head then adopt(KEYS[5], KEYS[2], KEYS[3], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])) end
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7])
-if #ARGV > 8 + 2 * n then redis.call('HSET', KEYS[4], unpack(ARGV, 9 + 2 * n)) end
-if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 9, 8 + 2 * n)) end
-redis.call('ZADD', KEYS[2], 0, ARGV[3])
-redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
-for i = 2, 5 do
-  if fresh[i] or i == 4 then settle(KEYS[i], ttl) else refresh(KEYS[i], ttl) end
+if #ARGV > 11 + 2 * n then redis.call('HSET', KEYS[4], unpack(ARGV, 12 + 2 * n)) end
+if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 12, 11 + 2 * n)) end
+if head then
+  redis.call('ZADD', KEYS[2], 0, ARGV[3])
+  redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
+  raise_version(KEYS[7], ARGV[9], version)
 end
+for i = 2, 5 do settle(KEYS[i], ttl) end
+settle(KEYS[7], ttl)
 return 1
 """
 )
 
-# Drop every hot key of a thread and clear the caller's intent (if any).
-# KEYS[1] intents  KEYS[2] registry  KEYS[3] unflushed hash  ARGV[1] intent token or ""
+# Drop every hot key of a thread and clear the caller's intent (if any), leaving a
+# tombstone version: a copy read from Postgres before the change that caused the drop is
+# older than it, so no write or warm can bring it back. The unflushed hash stays: it
+# counts journal entries that are still on their way to Postgres.
+# KEYS[1] intents  KEYS[2] registry  KEYS[3] versions hash
+# ARGV[1] intent token or ""  ARGV[2] tombstone version (0: none)  ARGV[3] ttl ms (0: none)
 DROP_THREAD_SCRIPT = """
 local keys = redis.call('SMEMBERS', KEYS[2])
 for i = 1, #keys, 500 do
   redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2])
+local tomb = tonumber(ARGV[2])
+if tomb > 0 then
+  tomb = math.max(tomb, tonumber(redis.call('HGET', KEYS[3], '*') or '0') or 0)
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[3], '*', tomb)
+  local ttl = tonumber(ARGV[3])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
+end
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 return #keys
+"""
+
+# The highest stale mark (a Postgres sequence number) this Redis has applied, raised to
+# ARGV[1] when that is larger. Lives with the data it describes: a Redis restored from an
+# older snapshot also has an older mark, so the marks after it are applied again.
+# KEYS[1] marks key  ARGV[1] seq applied now, or "" to only read  returns the mark
+MARKS_SCRIPT = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if ARGV[1] ~= '' and tonumber(ARGV[1]) > current then
+  current = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return current
 """
 
 # Hand a flusher a batch: its own entries not yet acknowledged (a failed commit), else
@@ -270,14 +384,17 @@ if not fresh then return {} end
 return fresh[1][2]
 """
 
-# After the batch committed in Postgres: acknowledge and delete its entries, and give a
-# thread whose last unflushed entry this was its TTL back on every key.
-# KEYS[1] journal  ARGV[1] group  ARGV[2] ttl ms
-# ARGV[3..] entry id, unflushed hash key, member, registry key (four per entry)
-FLUSH_ACK_SCRIPT = """
+# After the batch committed in Postgres: acknowledge and delete its entries, give a
+# thread whose last unflushed entry this was its TTL back on every key, and raise each
+# namespace's version to the one the flush committed (a copy read before it is older).
+# KEYS[1] journal  ARGV[1] group  ARGV[2] ttl ms  ARGV[3] n entries
+# ARGV[4 .. 3+4n] entry id, unflushed hash key, member, registry key (four per entry)
+# ARGV[4+4n ..] versions hash key, field, version (three per namespace flushed)
+FLUSH_ACK_SCRIPT = _PRELUDE + """
 local ttl = tonumber(ARGV[2])
+local last = 3 + 4 * tonumber(ARGV[3])
 local settled = {}
-for i = 3, #ARGV, 4 do
+for i = 4, last, 4 do
   local id, ukey, member, registry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
     redis.call('XDEL', KEYS[1], id)
@@ -291,6 +408,10 @@ for i = 3, #ARGV, 4 do
       redis.call('PEXPIRE', registry, ttl)
     end
   end
+end
+for i = last + 1, #ARGV, 3 do
+  raise_version(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]))
+  if ttl > 0 then redis.call('PEXPIRE', ARGV[i], ttl) end
 end
 return 1
 """

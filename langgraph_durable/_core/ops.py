@@ -12,7 +12,7 @@ from typing import Any
 
 from langgraph_durable._core import journal, ledger
 from langgraph_durable._core.delta import delta_channel_history
-from langgraph_durable._core.hot import recover_hot
+from langgraph_durable._core.hot import poll_marks, recover_hot
 from langgraph_durable._core.reads import get_tuple, list_checkpoints
 from langgraph_durable._core.requests import Context, Op
 from langgraph_durable._core.writes import (
@@ -33,6 +33,7 @@ __all__ = [
     "get_tuple",
     "health",
     "list_checkpoints",
+    "poll_marks",
     "prune",
     "put",
     "put_writes",

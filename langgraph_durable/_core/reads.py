@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.codec import FrameError, loads_metadata
-from langgraph_durable._core.hot import try_hot
+from langgraph_durable._core.hot import bypassed, try_hot
 from langgraph_durable._core.keys import (
     ThreadKeys,
     blob_field,
@@ -27,6 +27,7 @@ from langgraph_durable._core.keys import (
     write_field,
 )
 from langgraph_durable._core.records import (
+    HEAD_KEY,
     Damaged,
     Location,
     StoredWrite,
@@ -81,7 +82,13 @@ def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTu
         raise Damaged("metadata", str(exc)) from exc
     blobs = [(field.split("\x00", 1)[0], frame) for field, frame in record.blobs]
     return build_tuple(
-        ctx.serde, where, record.checkpoint_id, parent, record.fields[b"c"], metadata, blobs,
+        ctx.serde,
+        where,
+        record.checkpoint_id,
+        parent,
+        record.fields[b"c"],
+        metadata,
+        blobs,
         record.writes,
     )
 
@@ -129,14 +136,7 @@ def _repair_cold(
 ) -> Op[CheckpointTuple | None]:
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     ns = where.checkpoint_ns
-    reply = yield from try_hot(
-        ctx,
-        Hot(
-            "get",
-            [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-            [keys.checkpoint_prefix(ns), row["checkpoint_id"], 0],
-        ),
-    )
+    reply = yield from try_hot(ctx, _get(keys, ns, row["checkpoint_id"], 0))
     if not reply or reply[0] != b"hit":
         return None
     record = HotRecord.parse(reply)
@@ -179,29 +179,51 @@ def _repair_cold(
     return good
 
 
+def _get(
+    keys: ThreadKeys,
+    ns: str,
+    checkpoint_id: str,
+    ttl_ms: int,
+    held: str = "",
+    held_version: str = "",
+) -> Hot:
+    return Hot(
+        "get",
+        [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry, keys.unflushed],
+        [keys.checkpoint_prefix(ns), checkpoint_id, ttl_ms, held, held_version],
+    )
+
+
+def _for_caller(tup: CheckpointTuple, latest: bool) -> CheckpointTuple:
+    """The tuple with `HEAD_KEY` in its config: the head's id for a read of the latest (the
+    run that loads it extends that head), ``None`` for a read by id (a run that loads it
+    forks, and a key left in the caller's config by an earlier read is overridden)."""
+    configurable = dict(tup.config["configurable"])
+    configurable[HEAD_KEY] = configurable["checkpoint_id"] if latest else None
+    return tup._replace(config={**tup.config, "configurable": configurable})
+
+
 def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
     """Redis first (one round trip, with pending writes); Postgres on a miss, then warm.
 
     A decoded copy of each tuple read from Redis is kept in process; Redis answers "same"
     when the caller's copy is still current, so a hot read skips transfer and decoding.
+    A read by id never warms: only the latest checkpoint may become a namespace's head in
+    Redis. A miss on a thread with entries not yet flushed drains the journal first, so
+    Postgres is never older than what was acknowledged.
     """
     where = locate(config)
+    latest = where.checkpoint_id is None
+    tup = yield from _read(ctx, where)
+    return None if tup is None else _for_caller(tup, latest)
+
+
+def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
     reply = yield from try_hot(
-        ctx,
-        Hot(
-            "get",
-            [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-            [
-                keys.checkpoint_prefix(ns),
-                where.checkpoint_id or "",
-                ctx.ttl_ms,
-                held_id,
-                held_version,
-            ],
-        ),
+        ctx, _get(keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
     )
     if reply is not None and reply[0] == b"same":
         cached: CheckpointTuple | None = ctx.cache.load(
@@ -209,14 +231,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
         )
         if cached is not None:
             return cached
-        reply = yield from try_hot(
-            ctx,
-            Hot(
-                "get",
-                [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry],
-                [keys.checkpoint_prefix(ns), reply[1].decode(), ctx.ttl_ms, "", ""],
-            ),
-        )
+        reply = yield from try_hot(ctx, _get(keys, ns, reply[1].decode(), ctx.ttl_ms))
     if reply is not None and reply[0] == b"hit":
         try:
             record = HotRecord.parse(reply)
@@ -228,6 +243,10 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
         else:
             ctx.cache.store(where.thread_id, ns, record.checkpoint_id, record.version, tup)
             return tup
+    if reply is None and ctx.config.write_mode == "behind":
+        raise bypassed(where.thread_id)
+    if reply is not None and reply[0] == b"miss" and int(reply[1]):
+        yield from journal.flush(ctx, timeout=None)
     if where.checkpoint_id is None:
         query, params = (
             ctx.statements.get_latest_sql,
@@ -246,12 +265,14 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     if not rows:
         return None
     tup = yield from _cold_tuple(ctx, rows[0])
-    if reply is not None:
-        yield from _warm(ctx, keys, rows[0])
+    if reply is not None and where.checkpoint_id is None:
+        yield from _warm(ctx, keys, rows[0], "head")
+    elif reply is not None and reply[0] == b"hit":  # a damaged hot copy: repair it
+        yield from _warm(ctx, keys, rows[0], "repair")
     return tup
 
 
-def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
+def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str) -> Op[None]:
     ns = row["checkpoint_ns"]
     blobs, writes = _row_parts(row)
     refs: list[str] = []
@@ -273,6 +294,8 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
                 keys.blobs(ns),
                 keys.checkpoint(ns, row["checkpoint_id"]),
                 keys.registry,
+                keys.unflushed,
+                keys.versions,
             ],
             [
                 int(time.time() * 1000),
@@ -282,6 +305,9 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any]) -> Op[None]:
                 row["metadata"],
                 row["parent_checkpoint_id"] or "",
                 json.dumps(refs),
+                row["version"] or 0,
+                keys.version_field(ns),
+                mode,
                 len(blobs),
                 *blob_args,
                 *write_args,
@@ -336,8 +362,10 @@ def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
     """The thread's checkpoints with entries the flusher has not moved yet, from Redis."""
     keys = ThreadKeys(ctx.config.key_prefix, thread_id)
     records = yield from try_hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
+    if records is None:
+        raise bypassed(thread_id)
     out = []
-    for rec in records or []:
+    for rec in records:
         where = Location(thread_id, unb64(rec[0]), None)
         out.append(_hot_tuple(ctx, where, HotRecord.parse([b"hit", *rec[1:]])))
     return out
@@ -350,8 +378,31 @@ def _matches(tup: CheckpointTuple, params: dict[str, Any], filter: dict[str, Any
         params["checkpoint_ns"] in (None, configurable["checkpoint_ns"])
         and (params["checkpoint_id"] is None or cid == params["checkpoint_id"])
         and (params["before"] is None or cid < params["before"])
-        and all(tup.metadata.get(k) == v for k, v in (filter or {}).items())
+        and contains(dict(tup.metadata), filter or {})
     )
+
+
+def contains(document: Any, pattern: Any) -> bool:
+    """Postgres' ``jsonb @>`` on decoded JSON, so a filter matches an unflushed checkpoint
+    exactly as it will match the flushed row: objects match key by key, an array contains
+    another if each element of the other is contained in one of its own, scalars match
+    equal scalars of the same JSON type. (Filters are objects, so jsonb's one exception, a
+    top-level array containing a scalar, never applies.)"""
+    if isinstance(pattern, dict):
+        return isinstance(document, dict) and all(
+            key in document and contains(document[key], value) for key, value in pattern.items()
+        )
+    if isinstance(pattern, list):
+        return isinstance(document, list) and all(
+            any(contains(item, wanted) for item in document) for wanted in pattern
+        )
+    return _scalar_equal(document, pattern)
+
+
+def _scalar_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b) and not isinstance(a, (dict, list)) and not isinstance(b, (dict, list))
 
 
 def _merge(

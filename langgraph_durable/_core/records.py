@@ -28,6 +28,13 @@ from langgraph_durable._core.codec import FrameError, decode_frame, dumps_metada
 from langgraph_durable._core.keys import blob_field, check_text
 from langgraph_durable.errors import ConfigurationError, CorruptStateError, SerializationError
 
+# Configurable key a read of the latest checkpoint leaves in the config it returns, set to
+# the id of the head it read. LangGraph carries the configurable of the checkpoint it loaded
+# into every later `put` of the run, so a put that finds it must extend the head (or
+# conflicts); one without it is a fork the caller addressed. Keys that start with "__" never
+# reach checkpoint metadata.
+HEAD_KEY = "__lgd_head__"
+
 
 @dataclass(frozen=True, slots=True)
 class Location:
@@ -180,19 +187,24 @@ def encode_writes(
     task_id: str,
     task_path: str,
 ) -> list[StoredWrite]:
-    """Encode a ``put_writes``'s writes, with LangGraph's indices for special channels."""
+    """Encode a ``put_writes``'s writes, with LangGraph's indices for special channels.
+
+    A special channel written twice in one call (two ``interrupt()`` in one node) keeps the
+    last value, as LangGraph's own savers do.
+    """
     task_id = check_text(task_id, "task_id")
     task_path = check_text(task_path, "task_path")
-    return [
-        StoredWrite(
+    by_idx: dict[int, StoredWrite] = {}
+    for idx, (channel, value) in enumerate(writes):
+        write = StoredWrite(
             task_id,
             WRITES_IDX_MAP.get(channel, idx),
             check_text(channel, "channel name"),
             task_path,
             _dump(serde, value, where, where.checkpoint_id, channel),
         )
-        for idx, (channel, value) in enumerate(writes)
-    ]
+        by_idx[write.idx] = write
+    return list(by_idx.values())
 
 
 def pack_write(write: StoredWrite) -> bytes:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import socket
 import threading
 import time
-import uuid
 from collections import OrderedDict, deque
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +38,8 @@ ScriptName = Literal[
     "flush_ack",
     "journal_state",
     "list_unflushed",
+    "marks",
+    "release",
 ]
 
 
@@ -130,6 +132,25 @@ class Breaker:
             self._probing = False
 
 
+class MarkClock:
+    """When this process next applies pending stale marks (`hot.apply_marks`): before its
+    first use of Redis, right after a write of its own bypassed Redis, then every
+    ``interval`` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._next = 0.0  # due at once
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def due_now(self) -> None:
+        self._next = 0.0
+
+    def checked(self) -> None:
+        self._next = time.monotonic() + self.interval
+
+
 class Latencies:
     """The last few thousand request latencies of each tier, for `DurableSaver.health`."""
 
@@ -156,8 +177,9 @@ class Latencies:
 
 
 def new_version() -> str:
-    """A fresh version token for a checkpoint's hot copy."""
-    return uuid.uuid4().hex[:16]
+    """A fresh cache token for a checkpoint's hot copy (never drawn from `uuid.uuid4`, which
+    applications patch for deterministic ids)."""
+    return secrets.token_hex(8)
 
 
 class TupleCache:
@@ -217,10 +239,11 @@ class Context:
     statements: Statements
     serde: SerializerProtocol
     breaker: Breaker
+    marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
     consumer: str = field(
-        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
     )
 
     @property

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS {schema}.lgd_migrations (
 # Serializes concurrent setup() calls across processes (any 64-bit constant unique to us).
 SETUP_LOCK_KEY = 0x1D6E_D0AB_1E5E_7001
 
+# Versions are shared with the ledger's migrations (`_core/ledger_sql.py`, version 2).
 CORE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -80,7 +81,38 @@ CREATE TABLE {schema}.lgd_hot_invalidations (
 );
 """,
     ),
+    Migration(
+        3,
+        "namespace heads and versions, stale marks by sequence",
+        """
+CREATE SEQUENCE {schema}.lgd_version_seq;
+CREATE TABLE {schema}.lgd_heads (
+    thread_id     text NOT NULL,
+    checkpoint_ns text NOT NULL DEFAULT '',
+    head          text,
+    version       bigint NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns)
+);
+INSERT INTO {schema}.lgd_heads (thread_id, checkpoint_ns, head, version)
+SELECT thread_id, checkpoint_ns, max(checkpoint_id), nextval('{schema}.lgd_version_seq')
+FROM {schema}.lgd_checkpoints GROUP BY thread_id, checkpoint_ns;
+CREATE TABLE {schema}.lgd_hot_marks (
+    seq       bigserial PRIMARY KEY,
+    thread_id text NOT NULL,
+    version   bigint NOT NULL,
+    at        timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO {schema}.lgd_hot_marks (thread_id, version)
+SELECT thread_id, nextval('{schema}.lgd_version_seq') FROM {schema}.lgd_hot_invalidations;
+DROP TABLE {schema}.lgd_hot_invalidations;
+""",
+    ),
 )
+
+# Every commit that changes a namespace takes a new version from one sequence, so versions
+# only grow, across deletes and copies too. Redis keeps the newest version it has seen of
+# each namespace and refuses an older copy (see `_core/lua.py`).
+_NEXT_VERSION = "nextval('{schema}.lgd_version_seq')"
 
 # One tuple row per checkpoint: the checkpoint, its blobs and its pending writes, in a
 # single round trip. The checkpoints are picked first (by primary key, with the order and
@@ -92,7 +124,10 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        c.checkpoint, c.metadata::text AS metadata,  -- decoded once, and re-used to warm
        bl.channels AS blob_channels, bl.versions AS blob_versions, bl.blobs AS blobs,
        wr.task_ids AS write_task_ids, wr.idxs AS write_idxs, wr.channels AS write_channels,
-       wr.paths AS write_paths, wr.blobs AS write_blobs
+       wr.paths AS write_paths, wr.blobs AS write_blobs,
+       -- the namespace's version in the same snapshot, so a warm knows how new it is
+       (SELECT h.version FROM {{schema}}.lgd_heads h
+        WHERE h.thread_id = c.thread_id AND h.checkpoint_ns = c.checkpoint_ns) AS version
 FROM picked p
 JOIN {{schema}}.lgd_checkpoints c USING (thread_id, checkpoint_ns, checkpoint_id)
 LEFT JOIN LATERAL (
@@ -170,31 +205,70 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
     metadata = EXCLUDED.metadata
 """
 
-# A checkpoint and its new blobs in one statement (one round trip, one transaction).
-# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s
-# %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s %(blobs)s
+# A checkpoint and its new blobs in one statement (one round trip, one transaction). The
+# namespace's head row is taken first: its lock orders concurrent writers of the
+# namespace, and with %(cas)s the checkpoint is stored only if it extends the head (its
+# parent is the head, the namespace has none yet, or it is a retry of this very put).
+# Returns the new version, or no row when the head moved on (another run wrote first).
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s %(cas)s
+# %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s
+# %(blobs)s
 PUT_CHECKPOINT_SQL = (
     """
-WITH new_blobs AS (
+WITH head AS (
+    INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, head, version)
+    VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, """
+    + _NEXT_VERSION
+    + """)
+    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
+        head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
+    WHERE NOT %(cas)s OR h.head IS NULL OR h.head = %(parent_id)s
+       OR h.head = EXCLUDED.head
+    RETURNING h.version
+), new_blobs AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, x.channel, x.version, x.blob
     FROM unnest(%(channels)b::text[], %(versions)b::text[], %(blobs)b::bytea[])
          AS x(channel, version, blob)
+    WHERE EXISTS (SELECT 1 FROM head)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
-)
-INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
-    parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
-VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, %(run_id)s,
-    %(checkpoint)b, %(channel_versions)s::jsonb, %(metadata)s::jsonb)
+), stored AS (
+    INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+        parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, %(run_id)s,
+        %(checkpoint)b, %(channel_versions)s::jsonb, %(metadata)s::jsonb
+    FROM head
 """
     + _CHECKPOINT_CONFLICT
+    + """)
+SELECT version FROM head
+"""
 )
 
+# The head of a namespace and the run that wrote it (the run id in its metadata), for the
+# error a writer gets when the head moved on. %(thread_id)s %(checkpoint_ns)s
+HEAD_SQL = """
+SELECT h.head, c.metadata ->> 'run_id' AS run_id
+FROM {schema}.lgd_heads h
+LEFT JOIN {schema}.lgd_checkpoints c ON c.thread_id = h.thread_id
+    AND c.checkpoint_ns = h.checkpoint_ns AND c.checkpoint_id = h.head
+WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
+"""
+
 # Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
+# Returns the namespace's new version.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
 # %(idxs)s %(channels)s %(blobs)s (ordinary)  %(s_idxs)s %(s_channels)s %(s_blobs)s (special)
-PUT_WRITES_SQL = """
-WITH special AS (
+PUT_WRITES_SQL = (
+    """
+WITH bump AS (
+    INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, version)
+    VALUES (%(thread_id)s, %(checkpoint_ns)s, """
+    + _NEXT_VERSION
+    + """)
+    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = EXCLUDED.version
+    RETURNING h.version
+), special AS (
     INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
         channel, task_path, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
@@ -203,14 +277,18 @@ WITH special AS (
          AS x(idx, channel, blob)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
         channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob
+), ordinary AS (
+    INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+        channel, task_path, blob)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
+        x.channel, %(task_path)s, x.blob
+    FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(blobs)b::bytea[])
+         AS x(idx, channel, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 )
-INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
-    channel, task_path, blob)
-SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
-    x.channel, %(task_path)s, x.blob
-FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(blobs)b::bytea[]) AS x(idx, channel, blob)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+SELECT version FROM bump
 """
+)
 
 # Write-behind flush: one statement per table for a whole batch, in one transaction.
 # Each takes aligned arrays, one element per row; a batch holds each key at most once.
@@ -236,6 +314,22 @@ FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(checkpoint_ids)b::
     + _CHECKPOINT_CONFLICT
 )
 
+# Every namespace a flush batch touches gets a new version (and its newest checkpoint as
+# head); returned so Redis can refuse copies read before the flush.
+# %(thread_ids)s %(namespaces)s %(heads)s (one element per namespace; head may be NULL)
+FLUSH_HEADS_SQL = (
+    """
+INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, head, version)
+SELECT x.t, x.n, x.head, """
+    + _NEXT_VERSION
+    + """
+FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(heads)b::text[]) AS x(t, n, head)
+ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
+    head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
+RETURNING h.thread_id, h.checkpoint_ns, h.version
+"""
+)
+
 # %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(task_ids)s %(idxs)s %(channels)s
 # %(task_paths)s %(blobs)s; {conflict} is DO NOTHING (ordinary) or DO UPDATE (special)
 _FLUSH_WRITES = """
@@ -255,7 +349,8 @@ FLUSH_SPECIAL_WRITES_SQL = _FLUSH_WRITES.format(
 # %(thread_ids)s
 DELETE_THREADS_SQL = """
 WITH w AS (DELETE FROM {schema}.lgd_writes WHERE thread_id = ANY(%(thread_ids)s)),
-     b AS (DELETE FROM {schema}.lgd_blobs WHERE thread_id = ANY(%(thread_ids)s))
+     b AS (DELETE FROM {schema}.lgd_blobs WHERE thread_id = ANY(%(thread_ids)s)),
+     h AS (DELETE FROM {schema}.lgd_heads WHERE thread_id = ANY(%(thread_ids)s))
 DELETE FROM {schema}.lgd_checkpoints WHERE thread_id = ANY(%(thread_ids)s)
 """
 
@@ -409,20 +504,50 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
   AND checkpoint_id = %(checkpoint_id)s
 """
 
-# Threads whose hot copy may be stale because a write bypassed Redis. %(thread_id)s
-MARK_HOT_STALE_SQL = """
-INSERT INTO {schema}.lgd_hot_invalidations (thread_id) VALUES (%(thread_id)s)
-ON CONFLICT (thread_id) DO UPDATE SET at = now()
+# A new version for a change to whole threads (delete, copy, prune, delete_for_runs):
+# Redis keeps it as the threads' tombstone. Taken first in the transaction, so it is above
+# every version before the change and below every one the change itself gives.
+TOMBSTONE_SQL = "SELECT " + _NEXT_VERSION + " AS version"
+
+# After a change to whole threads: every remaining namespace gets a new version and its
+# newest checkpoint as head (delete_for_runs may have removed the head). %(thread_ids)s
+REBUILD_HEADS_SQL = (
+    """
+WITH gone AS (
+    DELETE FROM {schema}.lgd_heads h
+    WHERE h.thread_id = ANY(%(thread_ids)s) AND NOT EXISTS (
+        SELECT 1 FROM {schema}.lgd_checkpoints c
+        WHERE c.thread_id = h.thread_id AND c.checkpoint_ns = h.checkpoint_ns)
+)
+INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, head, version)
+SELECT c.thread_id, c.checkpoint_ns, max(c.checkpoint_id), """
+    + _NEXT_VERSION
+    + """
+FROM {schema}.lgd_checkpoints c WHERE c.thread_id = ANY(%(thread_ids)s)
+GROUP BY c.thread_id, c.checkpoint_ns
+ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
+    head = EXCLUDED.head, version = EXCLUDED.version
+"""
+)
+
+# A write that bypassed Redis marks the thread, in its own transaction: every process
+# applies the marks Redis has not seen before it trusts Redis, and then every
+# `stale_poll_interval`. %(thread_id)s
+MARK_HOT_STALE_SQL = (
+    "INSERT INTO {schema}.lgd_hot_marks (thread_id, version) VALUES (%(thread_id)s, "
+    + _NEXT_VERSION
+    + ")"
+)
+
+# %(after)s: the marks Redis has not applied yet, oldest first
+PENDING_MARKS_SQL = """
+SELECT seq, thread_id, version FROM {schema}.lgd_hot_marks
+WHERE seq > %(after)s ORDER BY seq LIMIT 500
 """
 
-TAKE_HOT_STALE_SQL = """
-SELECT thread_id, at FROM {schema}.lgd_hot_invalidations ORDER BY at LIMIT 1000
-"""
-
-# %(thread_ids)s %(before)s: only marks not renewed since they were read.
-CLEAR_HOT_STALE_SQL = """
-DELETE FROM {schema}.lgd_hot_invalidations
-WHERE thread_id = ANY(%(thread_ids)s) AND at <= %(before)s
+# Marks older than any hot copy they could describe (%(keep)s seconds: twice the hot TTL).
+FORGET_MARKS_SQL = """
+DELETE FROM {schema}.lgd_hot_marks WHERE at < now() - make_interval(secs => %(keep)s)
 """
 
 

@@ -1,5 +1,11 @@
 """Writes and whole-thread changes: put, put_writes (write-through or write-behind),
 delete, delete_for_runs, copy and prune.
+
+One history per thread: a ``put`` whose config descends from a read of the latest
+checkpoint (it carries `HEAD_KEY`, see `reads.get_tuple`) commits only if its parent is
+still the namespace's head — in Postgres for write-through, in Redis for write-behind — and
+raises `ThreadConflictError` otherwise. A put from an explicitly addressed checkpoint
+(time travel, ``update_state`` on a past config) is a fork the caller asked for.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal
-from langgraph_durable._core.hot import announce, commit, stale_mark, try_hot
+from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_mark, try_hot
 from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -26,6 +32,7 @@ from langgraph_durable._core.keys import (
 )
 from langgraph_durable._core.ledger_sql import statements as ledger_statements
 from langgraph_durable._core.records import (
+    HEAD_KEY,
     Location,
     StoredCheckpoint,
     StoredWrite,
@@ -43,9 +50,12 @@ from langgraph_durable._core.requests import (
     Statement,
     new_version,
 )
-from langgraph_durable.errors import ConfigurationError
+from langgraph_durable.errors import ConfigurationError, ThreadConflictError, TierUnavailableError
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
+HotCall = Callable[[str, int, int, Journal | None], Hot]  # (token, ttl, version, journal)
 
 
 def put(
@@ -56,44 +66,90 @@ def put(
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
     stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
+    cas = ((config or {}).get("configurable") or {}).get(HEAD_KEY) is not None
     keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
-    yield from _write(
+    rows = yield from _write(
         ctx,
         keys,
-        lambda: _put_statement(ctx, stored),
+        stored.where,
+        lambda: _put_statement(ctx, stored, cas),
         lambda: pack_checkpoint_entry(stored),
-        lambda token, ttl, journal: _put_hot(
-            keys, stored, token, ttl, ctx.config.hot_checkpoints, journal
+        lambda token, ttl, version, journal: _put_hot(
+            keys, stored, token, ttl, version, cas, ctx.config.hot_checkpoints, journal
         ),
     )
+    if rows == []:
+        yield from _conflict(ctx, stored.where, stored.parent_id, None)
     return stored.where.config(stored.checkpoint_id)
 
 
 def _write(
     ctx: Context,
     keys: ThreadKeys,
+    where: Location,
     statement: Callable[[], Statement],
     entry: Callable[[], bytes],
-    hot: Callable[[str, int, Journal | None], Hot],
-) -> Op[None]:
-    """The one write protocol of `put` and `put_writes`.
+    hot: HotCall,
+) -> Op[list[Any] | None]:
+    """The one write protocol of `put` and `put_writes`; returns the statement's rows
+    (``None`` when the write went to Redis alone).
 
-    Write-behind: one hot script stores the change and journals ``entry``. Write-through,
-    or write-behind while Redis is bypassed: intent, Postgres commit, then the hot script
-    (which clears the intent). ``hot(token, ttl, journal)`` builds the script call.
+    Write-behind: one hot script stores the change and journals ``entry``; while Redis is
+    bypassed it raises rather than write Postgres under entries Redis may still hold.
+    Write-through, or write-behind for a thread Redis does not hold: intent, Postgres
+    commit, then the hot script with the committed version (which clears the intent).
+    ``hot(token, ttl, version, journal)`` builds the script call.
     """
     if ctx.config.write_mode == "behind":
-        journal = (journal_key(ctx.config.key_prefix), entry(), ctx.config.max_unflushed)
-        if (yield from try_hot(ctx, hot("", -1, journal))) is not None:
-            return None
+        journal_entry = (journal_key(ctx.config.key_prefix), entry(), ctx.config.max_unflushed)
+        reply = yield from try_hot(ctx, hot("", -1, 0, journal_entry))
+        if reply is None:
+            raise bypassed(where.thread_id)
+        if not isinstance(reply, list):
+            return None  # journaled
+        if reply[0] == b"conflict":
+            yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
+        yield from journal.flush(ctx, timeout=None)  # "cold": Postgres must be current first
     token = yield from announce(ctx, keys)
-    yield from commit(ctx, token, [keys.thread_id], [statement()])
+    rows: list[dict[str, Any]] = (yield from commit(ctx, token, [keys.thread_id], [statement()]))[0]
     if token is not None:
-        yield from try_hot(ctx, hot(token, ctx.ttl_ms, None))
-    return None
+        applied = hot(token, ctx.ttl_ms, int(rows[0]["version"]), None) if rows else None
+        yield from try_hot(ctx, applied or _release(keys, token))
+    return rows
 
 
-def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
+def _release(keys: ThreadKeys, token: str) -> Hot:
+    """Clear a write intent that committed nothing."""
+    return Hot("release", [keys.intents], [token])
+
+
+def _conflict(ctx: Context, where: Location, expected: str | None, head: str | None) -> Op[None]:
+    """Raise `ThreadConflictError` for a put whose parent is no longer the head."""
+    rows = (
+        yield Cold.one(
+            ctx.statements.head_sql,
+            {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns},
+            fetch=True,
+        )
+    )[0]
+    found = rows[0] if rows else {}
+    head = head or found.get("head")
+    run_id = found.get("run_id")
+    raise ThreadConflictError(
+        f"thread {where.thread_id!r} (namespace {where.checkpoint_ns!r}) moved on while this "
+        f"run worked: it read checkpoint {expected!r}, and the head is now {head!r}"
+        + (f", written by run {run_id!r}" if run_id else "")
+        + ". Two runs were writing one thread at once; re-read the thread (or pass an "
+        "explicit checkpoint_id to fork it) and run again",
+        thread_id=where.thread_id,
+        checkpoint_ns=where.checkpoint_ns,
+        expected=expected,
+        head=head,
+        run_id=run_id,
+    )
+
+
+def _put_statement(ctx: Context, stored: StoredCheckpoint, cas: bool) -> Statement:
     return Statement(
         ctx.statements.put_checkpoint_sql,
         {
@@ -102,6 +158,7 @@ def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
             "checkpoint_id": stored.checkpoint_id,
             "parent_id": stored.parent_id,
             "run_id": stored.run_id,
+            "cas": cas,
             "checkpoint": stored.frame,
             "channel_versions": stored.channel_versions,
             "metadata": stored.metadata,
@@ -109,10 +166,8 @@ def _put_statement(ctx: Context, stored: StoredCheckpoint) -> Statement:
             "versions": [b[1] for b in stored.blobs],
             "blobs": [b[2] for b in stored.blobs],
         },
+        fetch=True,
     )
-
-
-Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
 
 
 def _put_hot(
@@ -120,6 +175,8 @@ def _put_hot(
     stored: StoredCheckpoint,
     token: str,
     ttl: int,
+    version: int,
+    cas: bool,
     keep: int,
     journal: Journal | None = None,
 ) -> Hot:
@@ -131,6 +188,7 @@ def _put_hot(
         keys.checkpoint(ns, stored.checkpoint_id),
         keys.registry,
         keys.unflushed,
+        keys.versions,
     ]
     args: list[str | bytes | int] = [
         token,
@@ -140,30 +198,34 @@ def _put_hot(
         stored.metadata,
         stored.parent_id or "",
         json.dumps(stored.refs),
+        keep,
+        keys.unflushed_member(ns, ""),
+        new_version(),
+        version,
+        "1" if cas and journal is not None else "0",
+        keys.version_field(ns),
         len(stored.blobs),
     ]
-    for channel, version, frame in stored.blobs:
-        args += [blob_field(channel, version), frame]
-    tail: list[str | bytes | int] = [keep, keys.unflushed_member(ns, ""), new_version()]
+    for channel, version_, frame in stored.blobs:
+        args += [blob_field(channel, version_), frame]
     member = keys.unflushed_member(ns, stored.checkpoint_id)
-    return _hot_call("put", hot_keys, args, tail, member, journal)
+    return _hot_call("put", hot_keys, args, member, journal)
 
 
 def _hot_call(
     script: Literal["put", "put_writes"],
     keys: list[str],
     args: list[str | bytes | int],
-    tail: list[str | bytes | int],
     member: str,
     journal: Journal | None,
 ) -> Hot:
     """A hot write: the write-through script, or its write-behind twin with the journal key
-    and the entry's payload, unflushed member and bound between ``args`` and ``tail``."""
+    and the entry's payload, unflushed member and bound after ``args``."""
     if journal is None:
-        return Hot(script, keys, [*args, *tail])
+        return Hot(script, keys, args)
     key, payload, bound = journal
     behind: ScriptName = "put_behind" if script == "put" else "put_writes_behind"
-    return Hot(behind, [*keys, key], [*args, payload, member, bound, *tail])
+    return Hot(behind, [*keys, key], [*args, payload, member, bound])
 
 
 def put_writes(
@@ -181,9 +243,12 @@ def put_writes(
     yield from _write(
         ctx,
         keys,
+        where,
         lambda: _writes_statement(ctx, where, stored),
         lambda: pack_writes_entry(where, stored),
-        lambda token, ttl, journal: _writes_hot(keys, where, stored, token, ttl, journal),
+        lambda token, ttl, version, journal: _writes_hot(
+            keys, where, stored, token, ttl, version, journal
+        ),
     )
     return None
 
@@ -206,6 +271,7 @@ def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite]) 
             "s_channels": [w.channel for w in special],
             "s_blobs": [w.frame for w in special],
         },
+        fetch=True,
     )
 
 
@@ -215,50 +281,90 @@ def _writes_hot(
     stored: list[StoredWrite],
     token: str,
     ttl: int,
+    version: int,
     journal: Journal | None = None,
 ) -> Hot:
     assert where.checkpoint_id is not None
+    ns = where.checkpoint_ns
     hot_keys = [
         keys.intents,
-        keys.checkpoint(where.checkpoint_ns, where.checkpoint_id),
+        keys.checkpoint(ns, where.checkpoint_id),
         keys.registry,
         keys.unflushed,
+        keys.index(ns),
+        keys.blobs(ns),
+        keys.versions,
     ]
-    args: list[str | bytes | int] = [token, ttl, len(stored)]
+    args: list[str | bytes | int] = [
+        token,
+        ttl,
+        new_version(),
+        version,
+        keys.version_field(ns),
+        len(stored),
+    ]
     for w in stored:
         args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
-    member = keys.unflushed_member(where.checkpoint_ns, where.checkpoint_id)
-    return _hot_call("put_writes", hot_keys, args, [new_version()], member, journal)
+    member = keys.unflushed_member(ns, where.checkpoint_id)
+    return _hot_call("put_writes", hot_keys, args, member, journal)
 
 
 # --------------------------------------------------------------------------- lifecycle
 
 
 def _settle(ctx: Context) -> Op[None]:
-    """Write-behind: move every journal entry to Postgres before changing whole threads,
-    so a late flush cannot bring deleted rows back."""
-    if ctx.config.write_mode == "behind":
+    """Move every journal entry to Postgres before changing whole threads, so a late
+    flush cannot bring deleted rows back — whatever this saver's own write mode, since
+    another process may write the prefix behind. Write-through callers go on when Redis
+    is bypassed (they wrote nothing there); write-behind callers cannot."""
+    behind = ctx.config.write_mode == "behind"
+    if not behind and not ctx.breaker.allows():
+        return None
+    try:
         yield from journal.flush(ctx, timeout=None)
+    except TierUnavailableError as exc:
+        if behind or exc.tier != "hot":
+            raise
+        ctx.breaker.failure()
     return None
 
 
 def _mutate_threads(
-    ctx: Context, thread_ids: Sequence[str], statements: Sequence[Statement]
+    ctx: Context,
+    thread_ids: Sequence[str],
+    statements: Sequence[Statement],
+    *,
+    deletes: bool = False,
 ) -> Op[list[Any]]:
-    """Commit statements that change whole threads; their hot copies are dropped after."""
+    """Commit statements that change whole threads; their hot copies are dropped after,
+    with a tombstone version taken first in the same transaction. Unless the threads are
+    deleted, each remaining namespace then gets a new version and its head back."""
     keyed = [ThreadKeys(ctx.config.key_prefix, t) for t in thread_ids]
     tokens = []
     for keys in keyed:
         tokens.append((yield from announce(ctx, keys)))
     bypassed = [t for t, tok in zip(thread_ids, tokens, strict=True) if tok is None]
     marks = [stale_mark(ctx, t) for t in bypassed]
-    result: list[Any] = yield Cold((*statements, *marks))
+    heads = (
+        []
+        if deletes
+        else [Statement(ctx.statements.rebuild_heads_sql, {"thread_ids": list(thread_ids)})]
+    )
+    result: list[Any] = yield Cold(
+        (
+            Statement(ctx.statements.tombstone_sql, {}, fetch=True),
+            *statements,
+            *heads,
+            *marks,
+        )
+    )
+    tombstone = int(result[0][0]["version"])
     for keys, token in zip(keyed, tokens, strict=True):
         if token is not None:
-            yield from try_hot(
-                ctx, Hot("drop_thread", [keys.intents, keys.registry, keys.unflushed], [token])
-            )
-    return result
+            yield from drop(ctx, keys, token, tombstone)
+    if marks:
+        ctx.marks.due_now()
+    return result[1:]
 
 
 def delete_threads(
@@ -279,6 +385,7 @@ def delete_threads(
                 Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
                 *ledger,
             ],
+            deletes=True,
         )
     return None
 

@@ -28,6 +28,8 @@ SCRIPTS = {
     "flush_ack": lua.FLUSH_ACK_SCRIPT,
     "journal_state": lua.JOURNAL_STATE_SCRIPT,
     "list_unflushed": lua.LIST_UNFLUSHED_SCRIPT,
+    "marks": lua.MARKS_SCRIPT,
+    "release": lua.RELEASE_SCRIPT,
 }
 
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
