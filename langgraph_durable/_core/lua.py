@@ -52,12 +52,12 @@ end
 # ARGV[1] checkpoint key prefix  ARGV[2] checkpoint id or ""  ARGV[3] ttl ms (0: none)
 # ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
 # returns {"busy"} | {"miss", dirty} (dirty = 1: the thread has entries not yet flushed)
-#       | {"same", id} (the caller's copy is current)
-#       | {"hit", id, field, value, ..., "\0blobs", field, frame, ...}
+#       | {"same", id, head} (the caller's copy is current; head = 1: it is the latest)
+#       | {"hit", id, field, value, ..., "\0head", head, "\0blobs", field, frame, ...}
 GET_SCRIPT = (
     _PRELUDE
     + """
-local function record(key, id)
+local function record(key, id, head)
   local h = redis.call('HGETALL', key)
   local refs = nil
   for i = 1, #h, 2 do
@@ -66,6 +66,8 @@ local function record(key, id)
   if refs == nil then return nil end
   local out = {'hit', id}
   for i = 1, #h do out[#out + 1] = h[i] end
+  out[#out + 1] = '\\0head'
+  out[#out + 1] = head
   out[#out + 1] = '\\0blobs'
   local fields = cjson.decode(refs)
   if #fields > 0 then
@@ -83,19 +85,18 @@ local function miss()
 end
 if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy'} end
 if redis.call('SISMEMBER', KEYS[4], KEYS[2]) == 0 then return miss() end
+local last = redis.call('ZRANGE', KEYS[2], -1, -1)
+if #last == 0 then return miss() end
 local id = ARGV[2]
-if id == '' then
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1)
-  if #last == 0 then return miss() end
-  id = last[1]
-end
+if id == '' then id = last[1] end
+local head = id == last[1] and '1' or '0'
 if redis.call('SISMEMBER', KEYS[4], ARGV[1] .. id) == 0 then return miss() end
 local ttl = tonumber(ARGV[3])
 local out
 if id == ARGV[4] and ARGV[5] ~= '' and redis.call('HGET', ARGV[1] .. id, 'v') == ARGV[5] then
-  out = {'same', id}
+  out = {'same', id, head}
 else
-  out = record(ARGV[1] .. id, id)
+  out = record(ARGV[1] .. id, id, head)
   if out == nil then return miss() end
 end
 refresh(ARGV[1] .. id, ttl)

@@ -72,6 +72,11 @@ class HotRecord:
     def version(self) -> str:
         return self.fields.get(b"v", b"").decode()
 
+    @property
+    def head(self) -> bool:
+        """Whether the checkpoint is the latest of its namespace in Redis."""
+        return self.fields.get(b"\x00head") == b"1"
+
 
 def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTuple:
     """Decode a hot record into a tuple; raises `Damaged` when a frame fails."""
@@ -194,12 +199,13 @@ def _get(
     )
 
 
-def _for_caller(tup: CheckpointTuple, latest: bool) -> CheckpointTuple:
-    """The tuple with `HEAD_KEY` in its config: the head's id for a read of the latest (the
-    run that loads it extends that head), ``None`` for a read by id (a run that loads it
-    forks, and a key left in the caller's config by an earlier read is overridden)."""
+def _for_caller(tup: CheckpointTuple, head: bool) -> CheckpointTuple:
+    """The tuple with `HEAD_KEY` in its config: its own id when it is its namespace's head
+    (a run that loads it must extend it), ``None`` otherwise (a run that loads it forks,
+    and a key left in the caller's config by an earlier read is overridden). Every read
+    of one checkpoint returns the same config."""
     configurable = dict(tup.config["configurable"])
-    configurable[HEAD_KEY] = configurable["checkpoint_id"] if latest else None
+    configurable[HEAD_KEY] = configurable["checkpoint_id"] if head else None
     return tup._replace(config={**tup.config, "configurable": configurable})
 
 
@@ -212,13 +218,12 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     Redis. A miss on a thread with entries not yet flushed drains the journal first, so
     Postgres is never older than what was acknowledged.
     """
-    where = locate(config)
-    latest = where.checkpoint_id is None
-    tup = yield from _read(ctx, where)
-    return None if tup is None else _for_caller(tup, latest)
+    found = yield from _read(ctx, locate(config))
+    return None if found is None else _for_caller(*found)
 
 
-def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
+def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | None]:
+    """The checkpoint and whether it is its namespace's head."""
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
@@ -230,7 +235,7 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
             where.thread_id, ns, reply[1].decode(), held_version
         )
         if cached is not None:
-            return cached
+            return cached, reply[2] == b"1"
         reply = yield from try_hot(ctx, _get(keys, ns, reply[1].decode(), ctx.ttl_ms))
     if reply is not None and reply[0] == b"hit":
         try:
@@ -242,7 +247,7 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
             )
         else:
             ctx.cache.store(where.thread_id, ns, record.checkpoint_id, record.version, tup)
-            return tup
+            return tup, record.head
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
     if reply is not None and reply[0] == b"miss" and int(reply[1]):
@@ -264,12 +269,13 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     rows = (yield Cold.one(query, params, fetch=True))[0]
     if not rows:
         return None
-    tup = yield from _cold_tuple(ctx, rows[0])
+    row = rows[0]
+    tup = yield from _cold_tuple(ctx, row)
     if reply is not None and where.checkpoint_id is None:
-        yield from _warm(ctx, keys, rows[0], "head")
+        yield from _warm(ctx, keys, row, "head")
     elif reply is not None and reply[0] == b"hit":  # a damaged hot copy: repair it
-        yield from _warm(ctx, keys, rows[0], "repair")
-    return tup
+        yield from _warm(ctx, keys, row, "repair")
+    return tup, where.checkpoint_id is None or row["head"] == row["checkpoint_id"]
 
 
 def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str) -> Op[None]:
@@ -350,12 +356,28 @@ def list_checkpoints(
         0
     ]
     result = []
+    heads: dict[tuple[str, str], str] = {}
     for row in rows:
         result.append((yield from _cold_tuple(ctx, row)))
+        space = (row["thread_id"], row["checkpoint_ns"])
+        heads[space] = max(heads.get(space, ""), row["head"] or "")
     if behind and thread_id is not None:
         unflushed = yield from _unflushed(ctx, thread_id)
+        for tup in unflushed:
+            conf = tup.config["configurable"]
+            space = (conf["thread_id"], conf["checkpoint_ns"])
+            heads[space] = max(heads.get(space, ""), conf["checkpoint_id"])
         result = _merge(result, [t for t in unflushed if _matches(t, params, filter)], limit)
-    return result
+    return [_for_caller(t, heads.get(_space(t)) == _id(t)) for t in result]
+
+
+def _space(tup: CheckpointTuple) -> tuple[str, str]:
+    conf = tup.config["configurable"]
+    return conf["thread_id"], conf["checkpoint_ns"]
+
+
+def _id(tup: CheckpointTuple) -> str:
+    return str(tup.config["configurable"]["checkpoint_id"])
 
 
 def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:

@@ -1,0 +1,408 @@
+"""The two tiers behave as one store: each case here is an interleaving or a fault that once
+made a read return an older checkpoint, lost an acknowledged write, brought a deleted
+thread back or forked a thread. Separate saver objects stand in for separate processes
+(each has its own breaker, decoded cache and mark clock)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
+
+from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailableError
+from langgraph_durable._core import ops
+from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.requests import Cold
+from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
+from tests.faults import Proxy
+from tests.graphs import chat_graph
+
+
+def _config(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def _put(saver: DurableSaver, config: dict[str, Any], value: str,
+         metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One checkpoint whose channel ``value`` holds ``value``; ``config`` names the parent."""
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": value}
+    checkpoint["channel_versions"] = {"value": version}
+    return saver.put(config, checkpoint, {"source": "loop", "step": 0, **(metadata or {})},
+                     {"value": version})
+
+
+def _chain(saver: DurableSaver, thread: str, values: list[str]) -> list[dict[str, Any]]:
+    configs, parent = [], _config(thread)
+    for value in values:
+        parent = _put(saver, parent, value)
+        configs.append(parent)
+    return configs
+
+
+def _value(saver: DurableSaver, config: dict[str, Any]) -> Any:
+    tup = saver.get_tuple(config)
+    return tup.checkpoint["channel_values"]["value"] if tup else None
+
+
+def _forget_hot(saver: DurableSaver, thread: str) -> None:
+    """Every hot key of the thread gone, as after its TTL or a Redis restart."""
+    keys = ThreadKeys(saver.config.key_prefix, thread)
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter(match=keys.base.replace("{", "[{]").replace("}", "[}]") + "*"):
+        client.delete(key)
+    client.close()
+
+
+def _cold_ids(saver: DurableSaver, thread: str) -> list[str]:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        rows = conn.execute(
+            f'SELECT checkpoint_id FROM "{saver.config.schema}".lgd_checkpoints '
+            "WHERE thread_id = %s ORDER BY checkpoint_id", (thread,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_read_by_id_never_becomes_latest(make_saver: Any) -> None:
+    """With the thread gone from Redis, reading an older checkpoint by id (get_state on a
+    past config, the CLI's show/diff) does not make it the thread's latest, for any
+    process."""
+    writer, other = make_saver(), make_saver()
+    thread = f"t-{uuid.uuid4()}"
+    configs = _chain(writer, thread, ["v1", "v2", "v3", "v4", "v5"])
+    writer.flush()
+    _forget_hot(writer, thread)
+    assert _value(other, configs[1]) == "v2"
+    assert _value(other, _config(thread)) == "v5"
+    assert _value(writer, _config(thread)) == "v5"
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_write_that_bypassed_redis_is_seen_by_every_process(
+    namespace: tuple[str, str], make_saver: Any
+) -> None:
+    """A process that cannot reach Redis writes Postgres; a process that can, and one
+    started later, see that write within stale_poll_interval, and the next turn extends
+    it instead of forking the thread."""
+    schema, prefix = namespace
+    proxy = Proxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    proxy.start()
+    try:
+        cut_off = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
+                               key_prefix=prefix, schema=schema, breaker_cooldown=60,
+                               pool_timeout=2)
+        cut_off.setup()
+        reader = make_saver(write_mode="through", stale_poll_interval=0.2)
+        thread = f"t-{uuid.uuid4()}"
+        (first,) = _chain(cut_off, thread, ["v1"])
+        assert _value(reader, _config(thread)) == "v1"
+        proxy.cut()
+        second = _put(cut_off, first, "v2")  # Redis unreachable: Postgres alone
+        time.sleep(0.3)
+        assert _value(reader, _config(thread)) == "v2"
+        assert _value(make_saver(write_mode="through"), _config(thread)) == "v2"
+        third = _put(reader, reader.get_tuple(_config(thread)).config, "v3")
+        assert _value(reader, _config(thread)) == "v3"
+        tup = reader.get_tuple(third)
+        assert tup is not None and tup.parent_config is not None
+        assert tup.parent_config["configurable"]["checkpoint_id"] == (
+            second["configurable"]["checkpoint_id"])
+        cut_off.close()
+    finally:
+        proxy.cut()
+
+
+def test_write_behind_with_redis_unreachable_fails_closed_and_keeps_one_line(
+    namespace: tuple[str, str]
+) -> None:
+    """Write-behind, with an unflushed turn in Redis and Redis unreachable for a moment:
+    reads and writes raise TierUnavailableError(tier="hot") instead of serving Postgres's
+    older state or writing on top of it; once Redis answers, the thread goes on from the
+    unflushed turn and its history is one line."""
+    schema, prefix = namespace
+    proxy = Proxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    proxy.start()
+    try:
+        saver = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
+                             key_prefix=prefix, schema=schema, write_mode="behind",
+                             breaker_cooldown=0.1, background_flush=False, pool_timeout=2)
+        saver.setup()
+        thread = f"t-{uuid.uuid4()}"
+        first, second = _chain(saver, thread, ["v1", "v2"])
+        proxy.cut()
+        with pytest.raises(TierUnavailableError) as read_error:
+            saver.get_tuple(_config(thread))
+        assert read_error.value.tier == "hot"
+        with pytest.raises(TierUnavailableError) as write_error:
+            _put(saver, second, "v3-during")
+        assert write_error.value.tier == "hot"
+        proxy.restore()
+        time.sleep(0.15)
+        latest = saver.get_tuple(_config(thread))
+        assert latest is not None and latest.checkpoint["channel_values"]["value"] == "v2"
+        _put(saver, latest.config, "v3")
+        saver.flush()
+        history = [t.checkpoint["channel_values"]["value"]
+                   for t in saver.list(_config(thread))]
+        assert history == ["v3", "v2", "v1"]
+        saver.close()
+    finally:
+        proxy.cut()
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_readers_warm_never_overwrites_newer_pending_writes(make_saver: Any) -> None:
+    """A reader misses Redis and reads Postgres; before it loads that row into Redis, a
+    writer stores a pending write and applies it to Redis. The reader's load is refused
+    (it is older), so the acknowledged write stays visible to every later read."""
+    saver = make_saver(write_mode="through")
+    thread = f"t-{uuid.uuid4()}"
+    (config,) = _chain(saver, thread, ["v1"])
+    _forget_hot(saver, thread)
+    reader = ops.get_tuple(saver._ctx, _config(thread))
+    tiers = saver._tiers()
+    request = next(reader)
+    while not isinstance(request, Cold):  # up to the Postgres read
+        request = reader.send(tiers.execute(request))
+    row = tiers.execute(request)
+    saver.put_writes(config, [("value", "pending")], task_id="task-1")
+    with pytest.raises(StopIteration):
+        request = reader.send(row)
+        while True:
+            request = reader.send(tiers.execute(request))
+    for process in (saver, make_saver(write_mode="through")):
+        tup = process.get_tuple(_config(thread))
+        assert tup is not None and tup.pending_writes == [("task-1", "value", "pending")]
+
+
+def test_evicted_registry_never_serves_deleted_checkpoints(make_saver: Any) -> None:
+    """An eviction policy dropped a thread's registry but not its index: delete_thread
+    cannot find those keys, and no read serves them afterwards."""
+    saver = make_saver()
+    thread = f"t-{uuid.uuid4()}"
+    _chain(saver, thread, ["v1", "v2"])
+    saver.flush()
+    client = redis.Redis.from_url(REDIS_URL)
+    client.delete(ThreadKeys(saver.config.key_prefix, thread).registry)
+    client.close()
+    saver.delete_thread(thread)
+    for process in (saver, make_saver()):
+        assert process.get_tuple(_config(thread)) is None
+    new = _put(saver, _config(thread), "again")
+    assert _value(saver, _config(thread)) == "again"
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(_config(thread))] == [
+        new["configurable"]["checkpoint_id"]]
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_unflushed_writes_keep_every_key_of_their_namespace(make_saver: Any) -> None:
+    """A write-behind put_writes after a flush (which gave the keys their TTL back) removes
+    the TTL from the index and blob keys too, not only from the checkpoint hash."""
+    saver = make_saver(background_flush=False, hot_ttl=3600)
+    thread = f"t-{uuid.uuid4()}"
+    (config,) = _chain(saver, thread, ["v1"])
+    saver.flush()
+    keys = ThreadKeys(saver.config.key_prefix, thread)
+    client = redis.Redis.from_url(REDIS_URL)
+    assert client.pttl(keys.index("")) > 0
+    saver.put_writes(config, [("value", "w")], task_id="t1")
+    for key in (keys.index(""), keys.blobs(""), keys.registry,
+                keys.checkpoint("", config["configurable"]["checkpoint_id"])):
+        assert client.pttl(key) == -1, key
+    client.close()
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_delete_by_a_write_through_saver_drains_the_journal_first(make_saver: Any) -> None:
+    """A write-through saver (the CLI's default) deletes a thread that a write-behind saver
+    wrote and has not flushed: the later flush does not bring it back."""
+    behind = make_saver(write_mode="behind", background_flush=False)
+    through = make_saver(write_mode="through")
+    thread = f"t-{uuid.uuid4()}"
+    _chain(behind, thread, ["v1", "v2"])
+    through.delete_thread(thread)
+    behind.flush()
+    assert _cold_ids(behind, thread) == []
+    assert behind.get_tuple(_config(thread)) is None
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_list_filter_matches_the_same_before_and_after_flush(make_saver: Any) -> None:
+    """Metadata filters are jsonb containment for unflushed checkpoints too."""
+    saver = make_saver(background_flush=False)
+    thread = f"t-{uuid.uuid4()}"
+    _put(saver, _config(thread), "v1", {"tags": ["vip", "eu"], "user": {"tier": 2}})
+    filters = [{"tags": ["vip"]}, {"user": {"tier": 2}}, {"tags": ["us"]}, {"step": 1}]
+
+    def matches() -> list[int]:
+        return [len(list(saver.list(_config(thread), filter=f))) for f in filters]
+
+    before = matches()
+    saver.flush()
+    assert before == matches() == [1, 1, 0, 0]
+
+
+class _Asks(TypedDict, total=False):
+    answers: list[str]
+
+
+def _two_questions(saver: DurableSaver) -> Any:
+    def ask(state: _Asks) -> dict[str, Any]:
+        first = interrupt("first?")
+        second = interrupt("second?")
+        return {"answers": [first, second]}
+
+    builder = StateGraph(_Asks)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_several_interrupts_in_one_node_resume_in_both_modes(saver: DurableSaver) -> None:
+    """A node that calls interrupt() twice stores two writes to the same special channel in
+    one put_writes: both write modes keep the last and resume to the end."""
+    graph = _two_questions(saver)
+    config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+    graph.invoke({"answers": []}, config)
+    graph.invoke(Command(resume="a"), config)
+    out = graph.invoke(Command(resume="b"), config)
+    assert out["answers"] == ["a", "b"]
+    thread = config["configurable"]["thread_id"]
+    latest = saver.get_tuple(_config(thread))
+    assert latest is not None
+    saver.put_writes(latest.config, [("__interrupt__", "x"), ("__interrupt__", "y")],
+                     task_id="twice")
+    tup = saver.get_tuple(latest.config)
+    assert tup is not None
+    assert [(t, c, v) for t, c, v in tup.pending_writes if t == "twice"] == [
+        ("twice", "__interrupt__", "y")]
+
+
+def test_saver_never_draws_from_uuid4(saver: DurableSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Applications patch uuid.uuid4 for deterministic ids (LangGraph's own tests do); the
+    saver's internal tokens must not consume it."""
+    calls: list[int] = []
+    real = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: calls.append(1) or real())
+    thread = f"t-{real()}"
+    (config,) = _chain(saver, thread, ["v1"])
+    saver.put_writes(config, [("value", "w")], task_id="t1")
+    saver.get_tuple(_config(thread))
+    saver.flush()
+    _forget_hot(saver, thread)
+    saver.get_tuple(_config(thread))
+    saver.delete_thread(thread)
+    assert calls == []
+
+
+def test_second_writer_on_a_stale_head_gets_thread_conflict(make_saver: Any) -> None:
+    """Two runs read the same head; the first commits; the second cannot commit on top of
+    the head it read (ThreadConflictError names thread and heads) and the thread keeps one
+    line. A put from an explicitly addressed checkpoint still forks, as asked."""
+    first_run, second_run = make_saver(), make_saver()
+    thread = f"t-{uuid.uuid4()}"
+    (root,) = _chain(first_run, thread, ["v1"])
+    first_run.flush()
+    seen_a = first_run.get_tuple(_config(thread))
+    seen_b = second_run.get_tuple(_config(thread))
+    assert seen_a is not None and seen_b is not None
+    winner = _put(first_run, seen_a.config, "a")
+    with pytest.raises(ThreadConflictError) as raised:
+        _put(second_run, seen_b.config, "b")
+    assert raised.value.thread_id == thread
+    assert raised.value.expected == root["configurable"]["checkpoint_id"]
+    assert raised.value.head == winner["configurable"]["checkpoint_id"]
+    assert _value(second_run, _config(thread)) == "a"
+    fork = second_run.get_tuple(root)  # explicit checkpoint id: a fork the caller asked for
+    assert fork is not None
+    _put(second_run, fork.config, "fork")
+    assert _value(first_run, _config(thread)) == "fork"
+
+
+def test_two_graph_runs_on_one_thread_never_fork_it(make_saver: Any) -> None:
+    """Two processes invoke one thread at once: one gets ThreadConflictError, and every
+    checkpoint the thread holds descends from the one before it (no fork)."""
+    savers = [make_saver(), make_saver()]
+    thread = f"t-{uuid.uuid4()}"
+    config = {"configurable": {"thread_id": thread}}
+    chat_graph(savers[0]).invoke({"messages": [("user", "hello")]}, config)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def run(saver: DurableSaver) -> None:
+        graph = chat_graph(saver)
+        barrier.wait()
+        try:
+            graph.invoke({"messages": [("user", "again")]}, config)
+            outcomes.append("ok")
+        except ThreadConflictError:
+            outcomes.append("conflict")
+
+    workers = [threading.Thread(target=run, args=(s,)) for s in savers]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert "ok" in outcomes
+    for saver in savers:
+        saver.flush()
+    history = list(savers[0].list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+    for newer, older in zip(history, history[1:], strict=False):
+        assert newer.parent_config is not None
+        assert newer.parent_config["configurable"]["checkpoint_id"] == (
+            older.config["configurable"]["checkpoint_id"])
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_marks_are_applied_again_to_a_redis_restored_from_an_older_state(
+    namespace: tuple[str, str], make_saver: Any
+) -> None:
+    """A process wrote v2 while it could not reach Redis; the mark was applied (the hot copy
+    dropped); then Redis comes back from a snapshot taken before: it holds v1 and the older
+    applied-mark, so the mark is applied again and no process is served v1."""
+    schema, prefix = namespace
+    proxy = Proxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    proxy.start()
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        cut_off = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
+                               key_prefix=prefix, schema=schema, breaker_cooldown=60,
+                               pool_timeout=2)
+        cut_off.setup()
+        thread = f"t-{uuid.uuid4()}"
+        (first,) = _chain(cut_off, thread, ["v1"])
+        keys = ThreadKeys(prefix, thread)
+        pattern = keys.base.replace("{", "[{]").replace("}", "[}]") + "*"
+        snapshot = {k: client.dump(k) for k in client.scan_iter(match=pattern)}
+        applied_before = client.get(f"{prefix}:marks")
+        proxy.cut()
+        _put(cut_off, first, "v2")
+        assert _value(make_saver(write_mode="through"), _config(thread)) == "v2"
+        for key in client.scan_iter(match=pattern):  # Redis restored from the snapshot
+            client.delete(key)
+        for key, value in snapshot.items():
+            client.restore(key, 0, value, replace=True)
+        if applied_before is None:
+            client.delete(f"{prefix}:marks")
+        else:
+            client.set(f"{prefix}:marks", applied_before)
+        assert _value(make_saver(write_mode="through"), _config(thread)) == "v2"
+        cut_off.close()
+    finally:
+        client.close()
+        proxy.cut()
