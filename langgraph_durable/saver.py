@@ -108,7 +108,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
     @property
     def migrations(self) -> tuple[Migration, ...]:
         """Every schema migration `setup` applies."""
-        return CORE_MIGRATIONS + LEDGER_MIGRATIONS
+        return tuple(sorted(CORE_MIGRATIONS + LEDGER_MIGRATIONS, key=lambda m: m.version))
 
     @property
     def ledger(self) -> Ledger:

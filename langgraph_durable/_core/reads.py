@@ -330,7 +330,8 @@ def list_checkpoints(
     before: RunnableConfig | None,
     limit: int | None,
 ) -> Op[list[CheckpointTuple]]:
-    """History from Postgres in one query: filters and limit run in SQL, no N+1."""
+    """History from Postgres in one query (filters and limit run in SQL, no N+1), merged
+    with the thread's checkpoints Redis holds unflushed."""
     configurable = (config or {}).get("configurable") or {}
     thread_id = None
     if config is not None and configurable.get("thread_id") is not None:
@@ -350,6 +351,8 @@ def list_checkpoints(
     behind = ctx.config.write_mode == "behind"
     if behind and thread_id is None:
         yield from journal.flush(ctx, timeout=None)  # history of every thread: drain first
+    # Redis before Postgres: an entry flushed between the two reads is in the second.
+    unflushed = (yield from _unflushed(ctx, thread_id)) if behind and thread_id else []
     present = frozenset(k for k, v in params.items() if v is not None and k != "limit")
     query = ctx.statements.list_sql(present, limit is not None)
     rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None}, fetch=True))[
@@ -361,8 +364,7 @@ def list_checkpoints(
         result.append((yield from _cold_tuple(ctx, row)))
         space = (row["thread_id"], row["checkpoint_ns"])
         heads[space] = max(heads.get(space, ""), row["head"] or "")
-    if behind and thread_id is not None:
-        unflushed = yield from _unflushed(ctx, thread_id)
+    if unflushed:
         for tup in unflushed:
             conf = tup.config["configurable"]
             space = (conf["thread_id"], conf["checkpoint_ns"])

@@ -80,7 +80,9 @@ def put(
     )
     if rows == []:
         yield from _conflict(ctx, stored.where, stored.parent_id, None)
-    return stored.where.config(stored.checkpoint_id)
+    config = stored.where.config(stored.checkpoint_id)
+    config["configurable"][HEAD_KEY] = stored.checkpoint_id  # as a read of it would say
+    return config
 
 
 def _write(
