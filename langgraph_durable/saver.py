@@ -13,10 +13,10 @@ import logging
 import random
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -37,9 +37,6 @@ from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
 from langgraph_durable.errors import TierUnavailableError
 from langgraph_durable.flusher import BackgroundFlusher
-
-if TYPE_CHECKING:
-    from langgraph_durable.embedded import EmbeddedServers
 from langgraph_durable.ledger import Ledger
 
 logger = logging.getLogger("langgraph_durable")
@@ -99,7 +96,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             weakref.WeakKeyDictionary()
         )
         self._flusher: BackgroundFlusher | None = None
-        self._embedded: EmbeddedServers | None = None
+        self._on_close: list[Callable[[], None]] = []
         self._behind = self.config.write_mode == "behind"
         self._background = self._behind and self.config.background_flush
         self._ledger: Ledger | None = None
@@ -236,9 +233,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             tiers, self._sync = self._sync, None
         if tiers is not None:
             tiers.close()
-        servers, self._embedded = self._embedded, None
-        if servers is not None:
-            servers.stop()
+        with self._lock:
+            callbacks, self._on_close = self._on_close, []
+        for callback in reversed(callbacks):
+            callback()
 
     async def aclose(self) -> None:
         """Close the current event loop's clients (and the blocking ones, after the
@@ -247,8 +245,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
         tiers = self._aio.pop(loop, None)
         if tiers is not None:
             await tiers.close()
-        if self._sync is not None or self._flusher is not None:
+        if self._sync is not None or self._flusher is not None or self._on_close:
             await asyncio.to_thread(self.close)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, after `close` closed the clients (last registered, first
+        called); e.g. to stop servers the saver was made for."""
+        with self._lock:
+            self._on_close.append(callback)
 
     def __enter__(self) -> DurableSaver:
         return self
@@ -297,31 +301,6 @@ class DurableSaver(BaseCheckpointSaver[str]):
             yield saver
         finally:
             await saver.aclose()
-
-    @classmethod
-    def embedded(cls, data_dir: str | None = None, **options: Any) -> DurableSaver:
-        """A set-up saver on embedded PostgreSQL and Valkey servers (extra ``[embedded]``).
-
-        The servers start, keep their data
-        in ``data_dir`` (default ``$LGD_DATA_DIR`` or ``~/.local/share/langgraph-durable``)
-        across restarts, and stop when the saver is closed or the process exits.
-
-        Raises:
-            ConfigurationError: the ``embedded`` extra is not installed, or the data dir
-                cannot be used.
-            TierUnavailableError: a server did not start (its log tail is in the message).
-        """
-        from langgraph_durable.embedded import start_embedded
-
-        servers = start_embedded(data_dir)
-        saver = cls(servers.redis_url, servers.postgres_url, **options)
-        saver._embedded = servers
-        try:
-            saver.setup()
-        except BaseException:
-            saver.close()
-            raise
-        return saver
 
     # ------------------------------------------------------------------ reads
 
