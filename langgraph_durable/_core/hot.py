@@ -17,11 +17,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import (
     ThreadKeys,
     journal_key,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement
+from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 from langgraph_durable.errors import TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")

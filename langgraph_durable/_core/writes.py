@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal
+from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import announce, commit, stale_mark, try_hot
 from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
 from langgraph_durable._core.keys import (
@@ -24,7 +25,7 @@ from langgraph_durable._core.keys import (
     journal_key,
     write_field,
 )
-from langgraph_durable._core.ledger_sql import statements as ledger_statements
+from langgraph_durable._core.ledger.sql import statements as ledger_statements
 from langgraph_durable._core.records import (
     Location,
     StoredCheckpoint,
@@ -34,15 +35,7 @@ from langgraph_durable._core.records import (
     locate,
     pack_write,
 )
-from langgraph_durable._core.requests import (
-    Cold,
-    Context,
-    Hot,
-    Op,
-    ScriptName,
-    Statement,
-    new_version,
-)
+from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
 from langgraph_durable.errors import ConfigurationError
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
