@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -37,9 +37,7 @@ from rich.console import Console
 
 from langgraph_durable._cli import queries, views
 from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redact, redis_client
-from langgraph_durable._core import migrate
-from langgraph_durable._core.inspect import thread_summaries
-from langgraph_durable.config import SaverConfig
+from langgraph_durable._cli.target import Target
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -86,37 +84,6 @@ DataDir = Annotated[Path | None, typer.Option(
     help="Data directory of the embedded servers.")]
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Which servers, schema and key prefix a command works on."""
-
-    redis_url: str | None
-    postgres_url: str | None
-    schema: str
-    prefix: str
-    write_mode: str = "through"
-
-    def config(self) -> SaverConfig:
-        """The saver configuration, with the URLs resolved (flag, then env, then default).
-
-        Raises:
-            ConfigurationError: a URL, the schema, the prefix or the write mode is invalid.
-        """
-        return SaverConfig.from_env(
-            redis_url=self.redis_url, postgres_url=self.postgres_url, schema=self.schema,
-            key_prefix=self.prefix, write_mode=self.write_mode, pool_timeout=10.0,
-        )
-
-    def saver(self) -> DurableSaver:
-        """A saver on the target (not set up)."""
-        config = self.config()
-        return DurableSaver(
-            config.redis_url, config.postgres_url, schema=config.schema,
-            key_prefix=config.key_prefix, write_mode=config.write_mode,
-            pool_timeout=config.pool_timeout,
-        )
-
-
 # ----------------------------------------------------------------------------- plumbing
 
 
@@ -151,7 +118,7 @@ def _open(target: Target, *, need_schema: bool = True) -> Iterator[DurableSaver]
     try:
         probe_postgres(saver.config.postgres_url)
         if need_schema:
-            version = saver._run(migrate.current_version(saver.config.schema))
+            version = saver.engine.schema_version()
             latest = _latest_version(saver)
             if version == 0:
                 raise ConfigurationError(
@@ -316,10 +283,10 @@ def migrate_command(
     """Create the schema and apply missing migrations (safe to run any time, concurrently)."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix),
                             need_schema=False) as saver:
-        before = saver._run(migrate.current_version(schema))
+        before = saver.engine.schema_version()
         with console.status(f"migrating schema {schema!r}…"):
-            applied = saver._run(migrate.setup(schema, saver.migrations))
-        now = saver._run(migrate.current_version(schema))
+            applied = saver.engine.migrate(saver.migrations)
+        now = saver.engine.schema_version()
         if applied:
             console.print(f"schema {schema!r}: applied migrations "
                           f"{', '.join(map(str, applied))}; version {before} → {now}")
@@ -344,14 +311,14 @@ def prune(
         if not yes:
             typer.confirm(f"{strategy} {len(thread_ids)} thread(s) in schema {schema!r}?",
                           abort=True)
-        _, summaries = saver._run(thread_summaries(schema, thread_ids=thread_ids,
-                                                   limit=len(thread_ids)))
+        _, summaries = saver.engine.thread_summaries(thread_ids=thread_ids,
+                                                     limit=len(thread_ids))
         before = {s.thread_id: s for s in summaries}
         with typer.progressbar(thread_ids, label="pruning") as progress:
             for thread in progress:
                 saver.prune([thread], strategy=strategy)
-        _, summaries = saver._run(thread_summaries(schema, thread_ids=thread_ids,
-                                                   limit=len(thread_ids)))
+        _, summaries = saver.engine.thread_summaries(thread_ids=thread_ids,
+                                                     limit=len(thread_ids))
         after = {s.thread_id: s for s in summaries}
         for thread in thread_ids:
             old, new = before.get(thread), after.get(thread)

@@ -50,7 +50,7 @@ from langgraph_durable.saver import DurableSaver
 from langgraph_durable.tools import current_idempotency_key, durable_tool
 
 if TYPE_CHECKING:
-    from langgraph_durable.cli import Target
+    from langgraph_durable._cli.target import Target
 
 ORDER_ID = "A-1001"
 CENTS = 4200

@@ -16,13 +16,12 @@ from langgraph_durable._cli.probes import (
     redis_client,
 )
 from langgraph_durable._cli.views import Check, Status
-from langgraph_durable._core import migrate
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 from langgraph_durable.saver import DurableSaver
 
 if TYPE_CHECKING:
-    from langgraph_durable.cli import Target
+    from langgraph_durable._cli.target import Target
 
 EXIT_CONFIG, EXIT_UNAVAILABLE = 2, 3
 
@@ -120,7 +119,7 @@ def _persistence_checks(facts: RedisFacts, behind: str | None) -> list[Check]:
 def _schema_check(saver: DurableSaver) -> tuple[Check, bool]:
     schema = saver.config.schema
     try:
-        version = saver._run(migrate.current_version(schema))
+        version = saver.engine.schema_version()
     except DurableError as exc:
         return Check("schema", "fail", str(exc)), False
     latest = max((m.version for m in saver.migrations), default=0)

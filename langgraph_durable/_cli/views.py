@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from langgraph_durable._core.ledger import LedgerRecord
+from langgraph_durable import LedgerRecord
 
 Status = Literal["ok", "warn", "fail", "info"]
 _MARK: dict[Status, tuple[str, str]] = {

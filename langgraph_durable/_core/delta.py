@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.codec import FrameError, decode_frame
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.reads import get_tuple
 from langgraph_durable._core.records import (
     Damaged,
@@ -23,7 +24,7 @@ from langgraph_durable._core.records import (
     corrupt,
     locate,
 )
-from langgraph_durable._core.requests import Cold, Context, Op
+from langgraph_durable._core.requests import Cold, Op
 from langgraph_durable.errors import TierUnavailableError
 
 

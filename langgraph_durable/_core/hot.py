@@ -23,12 +23,13 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import (
     ThreadKeys,
     journal_key,
     marks_key,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement
+from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
@@ -111,7 +112,6 @@ def apply_marks(ctx: Context) -> Op[int]:
     cannot be reached; nothing is recorded as applied then.
     """
     watermark = marks_key(ctx.config.key_prefix)
-    ctx.marks.checked()
     applied = int((yield Hot("marks", [watermark], [""])) or 0)
     dropped = 0
     while rows := (
@@ -148,7 +148,8 @@ def poll_marks(ctx: Context) -> Op[None]:
         if exc.tier == "hot":
             ctx.breaker.failure()
     except SchemaVersionError:
-        pass  # not set up yet: the operation itself says so
+        return None  # not set up yet (still due): the operation itself says so
+    ctx.marks.checked()
     return None
 
 
@@ -161,6 +162,7 @@ def recover_hot(ctx: Context) -> Op[bool]:
     try:
         yield Hot("journal_state", [journal_key(ctx.config.key_prefix)], [])
         yield from apply_marks(ctx)
+        ctx.marks.checked()
     except TierUnavailableError as exc:
         logger.debug("hot tier still unavailable: %s", exc)
         ctx.breaker.failure()

@@ -16,9 +16,10 @@ from typing import Any
 
 import ormsgpack
 
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Pause, Statement
+from langgraph_durable._core.requests import Cold, Hot, Op, Pause, Statement
 from langgraph_durable.config import seconds
 
 GROUP = "flushers"

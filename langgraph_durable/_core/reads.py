@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.codec import FrameError, loads_metadata
+from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import bypassed, try_hot
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -37,7 +38,7 @@ from langgraph_durable._core.records import (
     pack_write,
     unpack_write,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement, new_version
+from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 
 logger = logging.getLogger("langgraph_durable")
 

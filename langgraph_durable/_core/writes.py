@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal
+from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_mark, try_hot
 from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
 from langgraph_durable._core.keys import (
@@ -30,7 +31,7 @@ from langgraph_durable._core.keys import (
     journal_key,
     write_field,
 )
-from langgraph_durable._core.ledger_sql import statements as ledger_statements
+from langgraph_durable._core.ledger.sql import statements as ledger_statements
 from langgraph_durable._core.records import (
     HEAD_KEY,
     Location,
@@ -41,15 +42,7 @@ from langgraph_durable._core.records import (
     locate,
     pack_write,
 )
-from langgraph_durable._core.requests import (
-    Cold,
-    Context,
-    Hot,
-    Op,
-    ScriptName,
-    Statement,
-    new_version,
-)
+from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
 from langgraph_durable.errors import ConfigurationError, ThreadConflictError, TierUnavailableError
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
