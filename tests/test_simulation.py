@@ -11,8 +11,13 @@ Environment:
     LGD_SIM_SEEDS    seeds per write mode (default 1000; ``make chaos`` runs 20000)
     LGD_SIM_SEED     the seed `test_replay` runs (default 0), e.g. one a failure printed
     LGD_SIM_MODE     the write mode `test_replay` runs (default ``through``)
+    LGD_SIM_FAULTS   comma-separated fault kinds to inject (default: all of
+                     wipe,evict,lost,unreachable,restore)
     LGD_SIM_ALLOWANCE  steps during which another process may read older state after a
                      write that bypassed Redis (the documented exception of I1; default 0)
+    LGD_SIM_KNOWN_DEFECTS=1  mark the invariant tests as expected to fail: the protocol
+                     of today breaks I1, I3, I4, I5 and raises on duplicate special writes.
+                     The one switch to remove once the protocol is fixed.
 
 A failure prints, per invariant, the first seed that broke it, the command that replays
 it, and the interleaving (op, request, fault) that led there.
@@ -32,12 +37,17 @@ from langgraph_durable import DurableSaver
 from tests.conftest import POSTGRES_URL, REDIS_URL
 from tests.sim.core import Latencies, SaverConfig, Tiers
 from tests.sim.invariants import Checker, Violation
-from tests.sim.scheduler import Env, Params, Sim
+from tests.sim.scheduler import FAULTS, Env, Params, Sim, short
+from tests.sim.workload import DESTROYS
 
 SEEDS = int(os.environ.get("LGD_SIM_SEEDS", "1000"))
 CHUNKS = 4
 ALLOWANCE = int(os.environ.get("LGD_SIM_ALLOWANCE", "0"))
 TRACE_LINES = 60
+KNOWN_DEFECTS = pytest.mark.xfail(
+    os.environ.get("LGD_SIM_KNOWN_DEFECTS") == "1",
+    reason="LGD_SIM_KNOWN_DEFECTS=1: the protocol's known coherence defects", strict=False)
+FAULT_KINDS = tuple(os.environ.get("LGD_SIM_FAULTS", ",".join(FAULTS)).split(","))
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +75,11 @@ def env(namespace: tuple[str, str]) -> Iterator[Env]:
 
 def run_seed(env: Env, seed: int, mode: str) -> tuple[Sim, list[Violation]]:
     """One seeded run and its violations."""
-    sim = Sim(env, Params.draw(seed, mode), tag=f"{uuid.uuid4().hex[:6]}-s{seed}")
+    sim = Sim(env, Params.draw(seed, mode, FAULT_KINDS), tag=f"{uuid.uuid4().hex[:6]}-s{seed}")
     sim.run()
-    return sim, Checker(sim, ALLOWANCE).run()
+    violations = Checker(sim, ALLOWANCE).run()
+    env.clear_hot()  # keep the keyspace small: faults SCAN it
+    return sim, violations
 
 
 def explain(seed: int, mode: str, sim: Sim, violations: list[Violation]) -> str:
@@ -88,6 +100,7 @@ def explain(seed: int, mode: str, sim: Sim, violations: list[Violation]) -> str:
     ])
 
 
+@KNOWN_DEFECTS
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.parametrize("mode", ["through", "behind"])
 def test_invariants_hold_under_random_interleavings(env: Env, mode: str, chunk: int) -> None:
@@ -109,6 +122,7 @@ def test_invariants_hold_under_random_interleavings(env: Env, mode: str, chunk: 
         first_by_invariant[inv] for inv in sorted(first_by_invariant))
 
 
+@KNOWN_DEFECTS
 def test_replay(env: Env) -> None:
     """The seed named by LGD_SIM_SEED replays identically (same interleaving, faults and
     outcomes) and breaks no invariant."""
@@ -118,3 +132,26 @@ def test_replay(env: Env) -> None:
     again, _ = run_seed(env, seed, mode)
     assert sim.trace == again.trace, "the same seed interleaved differently"
     assert not violations, explain(seed, mode, sim, violations)
+
+
+@pytest.mark.parametrize("mode", ["through", "behind"])
+def test_checker_sees_an_acknowledged_checkpoint_lost(env: Env, mode: str) -> None:
+    """The checker is not blind: when an acknowledged head vanishes from Postgres behind
+    the saver's back, it reports the loss (I2) and the tiers' disagreement (I3)."""
+    for seed in range(100):
+        sim = Sim(env, Params.draw(seed, mode, ()), tag=f"{uuid.uuid4().hex[:6]}-k{seed}")
+        sim.run()
+        destroyed = {r.call.thread for r in sim.history if r.call.kind in DESTROYS}
+        untouched = set(sim.threads) - destroyed
+        acked = [r for r in sim.history if r.acked and r.call.kind == "put"
+                 and r.call.thread in untouched]
+        if acked:
+            break
+    else:
+        pytest.fail("no seed produced an acknowledged put")
+    head = max(acked, key=lambda r: r.call.checkpoint_id)
+    env.pg.execute(
+        f'DELETE FROM "{env.schema}".lgd_checkpoints WHERE thread_id = %s AND checkpoint_id = %s',
+        [head.call.thread, head.call.checkpoint_id])
+    found = {v.invariant for v in Checker(sim).run() if v.where.startswith(short(head.call.thread))}
+    assert {"I2", "I3"} <= found, found

@@ -7,7 +7,7 @@ may exist, so it never counts as a floor and never counts as absent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,9 +208,14 @@ class Checker:
             while node and node != prev.call.checkpoint_id and seen < 10_000:
                 node, seen = parent.get(node, ""), seen + 1
             if node != prev.call.checkpoint_id:
+                basis = self.history[r.call.basis]
+                why = ("its writer's read began after that: a stale read"
+                       if prev.ends_before(basis.start) and basis.call.kind != "put"
+                       else "concurrent writers: the second one should get ThreadConflictError")
                 self.report("I5", r, f"#{r.id} put {_short([r.call.checkpoint_id])} (parent "
                             f"{_short([r.call.parent_id])}) does not descend from "
-                            f"{_short([prev.call.checkpoint_id])} acknowledged by #{prev.id}")
+                            f"{_short([prev.call.checkpoint_id])} acknowledged by #{prev.id}; "
+                            + why)
 
     # ------------------------------------------------------------------ all
 
@@ -271,5 +276,5 @@ def place(thread: str, ns: str) -> str:
     return short(thread) + (f"/{ns}" if ns else "")
 
 
-def _short(ids: list[str | None]) -> str:
+def _short(ids: Sequence[str | None]) -> str:
     return ",".join("…" + i[-6:] if i else "None" for i in ids) or "nothing"

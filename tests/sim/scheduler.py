@@ -39,6 +39,10 @@ from tests.sim.workload import Actor, Call, Record, Workload, process_flusher, p
 
 HOT_WRITES = ("put", "put_writes", "put_behind", "put_writes_behind")
 EXPECTED_ERRORS = (TierUnavailableError, ThreadConflictError)
+# Fault kinds: Redis wiped, a key evicted, a reply lost after the server applied the
+# request, Redis unreachable from one process, a thread restored from an older Redis state
+# (write-through only: an older AOF; "snapshot" takes the state that "restore" brings back).
+FAULTS = ("wipe", "evict", "lost", "unreachable", "restore")
 FINISH_LIMIT = 3000  # steps the finish phase may take before the run is called stuck
 
 
@@ -51,13 +55,15 @@ class Params:
     procs: int
     threads: int
     steps: int
+    faults: tuple[str, ...] = FAULTS  # which fault kinds may strike
     fault_rate: float = 0.06  # chance of a fault between two steps
     lost_rate: float = 0.03  # chance that a request's reply is lost after it ran
 
     @classmethod
-    def draw(cls, seed: int, mode: str) -> Params:
+    def draw(cls, seed: int, mode: str, faults: tuple[str, ...] = FAULTS) -> Params:
         rng = random.Random(f"params-{seed}")
-        return cls(seed, mode, rng.randint(2, 4), rng.randint(2, 3), rng.randint(20, 60))
+        return cls(seed, mode, rng.randint(2, 4), rng.randint(2, 3), rng.randint(20, 60),
+                   faults)
 
 
 @dataclass(slots=True)
@@ -77,6 +83,12 @@ class Env:
     @property
     def schema(self) -> str:
         return self.configs["through"].schema
+
+    def clear_hot(self) -> None:
+        """Delete every key under the prefix (SCAN, never a FLUSHALL)."""
+        keys = list(self.redis.scan_iter(match=f"{self.prefix}*", count=1000))
+        if keys:
+            self.redis.delete(*keys)
 
 
 @dataclass(slots=True)
@@ -231,9 +243,10 @@ class Sim:
                 error = exc
             else:
                 record.hot_written |= isinstance(request, Hot) and request.script in HOT_WRITES
-                if self.faults and lane.name != "*" and self.rng.random() < self.p.lost_rate:
-                    tier = "hot" if isinstance(request, Hot) else "cold"
-                    fault, error = "lost", TierUnavailableError("injected lost reply", tier=tier)
+                if (self.faults and lane.name != "*" and self.rng.random() < self.p.lost_rate
+                        and "lost" in self.p.faults):
+                    fault, error = "lost", TierUnavailableError(
+                        "injected lost reply", tier="hot" if isinstance(request, Hot) else "cold")
         self._log(lane, record, describe(request) + (f" !{fault}" if fault else "")
                   + (f" -> {type(error).__name__}" if error and not fault else ""))
         self._advance(lane, record, value, error)
@@ -275,6 +288,8 @@ class Sim:
         if self.p.mode == "through":
             kinds += ["snapshot", "restore"]
         kind = self.rng.choice(kinds)
+        if (kind if kind != "snapshot" else "restore") not in self.p.faults:
+            return
         detail = getattr(self, f"_fault_{kind}")()
         self.trace.append(f"{self.clock:4d} ---- fault: {kind} {detail}")
 
@@ -282,9 +297,7 @@ class Sim:
         """Redis lost everything under the prefix (never a FLUSHALL)."""
         if self.p.mode == "behind":
             self._mark_unflushed()
-        keys = list(self.env.redis.scan_iter(match=f"{self.env.prefix}*", count=1000))
-        if keys:
-            self.env.redis.delete(*keys)
+        self.env.clear_hot()
         return "(every key under the prefix)"
 
     def _mark_unflushed(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
+    ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
@@ -42,6 +43,7 @@ class Call:
     writes: tuple[tuple[str, int, str], ...] = ()  # put_writes: (task_id, idx, channel)
     filter: dict[str, Any] | None = None  # list_filter: the metadata filter
     step: int = -1  # put: the "step" in the checkpoint's metadata
+    basis: int = -1  # put: the record whose result gave the parent (a read, or a put)
 
 
 @dataclass(slots=True)
@@ -113,7 +115,7 @@ class Workload:
         """A thread and namespace to work on (mostly the root namespace)."""
         return self.rng.choice(self.threads), ("" if self.rng.random() < 0.85 else "inner")
 
-    def checkpoint(self, cid: str, step: int, proc: int) -> tuple[Checkpoint, dict[str, str]]:
+    def checkpoint(self, cid: str, step: int, proc: int) -> tuple[Checkpoint, ChannelVersions]:
         """A real checkpoint with one channel whose new version it introduces."""
         version = f"{step + 1:032}.{proc:016}"
         cp = empty_checkpoint()
@@ -135,7 +137,7 @@ class Workload:
 
 def put_call(
     w: Workload, ctx: Context, proc: int, where: tuple[str, str], parent_id: str | None,
-    step: int, *, fork: bool,
+    step: int, *, fork: bool, basis: int,
 ) -> Call:
     """A put of a new checkpoint at ``step``, child of ``parent_id``."""
     thread, ns = where
@@ -146,7 +148,7 @@ def put_call(
     w.known.setdefault(where, []).append(cid)
     op = ops.put(ctx, config(thread, ns, parent_id), cp, metadata, versions)
     return Call("put", thread, ns, op, checkpoint_id=cid, parent_id=parent_id or "", fork=fork,
-                step=step)
+                step=step, basis=basis)
 
 
 def writes_call(w: Workload, ctx: Context, thread: str, ns: str, cid: str) -> Call:
@@ -174,13 +176,15 @@ def writer_turn(w: Workload, ctx: Context, proc: int) -> Actor:
         return
     head: CheckpointTuple | None = read.result
     step = int(head.metadata.get("step", -1)) + 1 if head else 0
-    put = yield put_call(w, ctx, proc, (thread, ns), tuple_id(head), step, fork=fork)
+    put = yield put_call(w, ctx, proc, (thread, ns), tuple_id(head), step, fork=fork,
+                         basis=read.id)
     if not put.acked:
         return
     for _ in range(w.rng.randint(1, 3)):
         if not (yield writes_call(w, ctx, thread, ns, put.call.checkpoint_id)).acked:
             return
-    yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=False)
+    yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=False,
+                   basis=put.id)
 
 
 def reader(w: Workload, ctx: Context) -> Actor:
