@@ -21,6 +21,12 @@ Environment:
 
 A failure prints, per invariant, the first seed that broke it, the command that replays
 it, and the interleaving (op, request, fault) that led there.
+
+The protocol of today breaks these invariants (warm overwrites a newer hot copy, a hot
+install is not "newer only", a bypassing writer stays invisible, write-behind serves
+Postgres while bypassed, deletes leak through a missing registry key or a late warm or
+flush, concurrent writers fork without ThreadConflictError, duplicate special writes
+raise CardinalityViolation): the invariant tests fail until it is fixed.
 """
 
 from __future__ import annotations

@@ -188,21 +188,18 @@ class Checker:
     # ------------------------------------------------------------------ I5
 
     def one_history(self) -> None:
-        """I5: per thread and namespace, acknowledged checkpoints form one parent chain,
-        restarting only at a fork the workload asked for or after a delete."""
+        """I5: per thread and namespace, each acknowledged checkpoint descends from the one
+        acknowledged before it, except at a fork the workload asked for or across a
+        delete (whatever its outcome)."""
         parent = {cid: r.call.parent_id for cid, r in self.puts.items()}
-        events = sorted((r for r in self.history if r.acked and (
-            r.call.kind == "put" or r.call.kind == "delete")), key=lambda r: r.end)
         last: dict[tuple[str, str], Record] = {}
-        for r in events:
-            if r.call.kind == "delete":
-                for key in [k for k in last if k[0] == r.call.thread]:
-                    del last[key]
-                continue
+        for r in sorted((p for p in self.puts.values() if p.acked), key=lambda p: p.end):
             key = (r.call.thread, r.call.ns)
             prev = last.get(key)
             last[key] = r
-            if r.call.fork or prev is None:
+            deletes = self._destroys(r.call.thread, ["delete"])
+            if r.call.fork or prev is None or any(
+                    _overlaps(d, prev.start, r.end) for d in deletes):
                 continue
             node, seen = r.call.checkpoint_id, 0
             while node and node != prev.call.checkpoint_id and seen < 10_000:
