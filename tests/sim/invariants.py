@@ -14,8 +14,8 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from tests.sim.core import Cold, Op, Tiers, ops
-from tests.sim.scheduler import Sim, _cfg, short
-from tests.sim.workload import DESTROYS, Record, tuple_id
+from tests.sim.scheduler import Sim, short
+from tests.sim.workload import DESTROYS, Record, config, tuple_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +149,8 @@ class Checker:
         for thread, ns in self.sim.places():
             hot_ctx, cold_ctx = self.sim.reader(), self.sim.reader()
             cold_ctx.breaker.failure()  # bypass Redis: Postgres alone
-            served, hot = _hot_only(tiers, ops.get_tuple(hot_ctx, _cfg(thread, ns)))
-            cold = tiers.run(ops.get_tuple(cold_ctx, _cfg(thread, ns)))
+            served, hot = _hot_only(tiers, ops.get_tuple(hot_ctx, config(thread, ns)))
+            cold = tiers.run(ops.get_tuple(cold_ctx, config(thread, ns)))
             where = place(thread, ns)
             if not served:
                 if cold is not None:

@@ -11,7 +11,6 @@ The checkers (`invariants`) then judge the history this leaves.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +34,15 @@ from tests.sim.core import (
     ops,
     recover_hot,
 )
-from tests.sim.workload import Actor, Call, Record, Workload, process_flusher, process_main
+from tests.sim.workload import (
+    Actor,
+    Call,
+    Record,
+    Workload,
+    config,
+    process_flusher,
+    process_main,
+)
 
 HOT_WRITES = ("put", "put_writes", "put_behind", "put_writes_behind")
 EXPECTED_ERRORS = (TierUnavailableError, ThreadConflictError)
@@ -184,7 +191,7 @@ class Sim:
         self.trace.append(f"{self.clock:4d} ---- quiesce: intents expired")
         ctx = self.reader()
         for where in self.places():
-            self._call(-1, ctx, Call("get_latest", *where, ops.get_tuple(ctx, _cfg(*where))))
+            self._call(-1, ctx, Call("get_latest", *where, ops.get_tuple(ctx, config(*where))))
 
     def places(self) -> list[tuple[str, str]]:
         """Every (thread, namespace) the run touched."""
@@ -378,12 +385,3 @@ def describe(request: Request) -> str:
 def short(thread: str) -> str:
     """A thread's name without the run's tag (``t0``), so traces of two runs compare."""
     return thread.rsplit("-", 1)[-1]
-
-
-def _cfg(thread: str, ns: str) -> Any:
-    return {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
-
-
-def iter_seeds(first: int, count: int) -> Iterator[int]:
-    """Seeds ``first .. first+count-1``."""
-    return iter(range(first, first + count))
