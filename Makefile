@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck bench demo clean
+.PHONY: test chaos lint typecheck bench demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,12 @@ test: $(STAMP)
 	$(PY) -m ruff check langgraph_durable tests benchmarks
 	$(PY) -m mypy
 	$(PY) -m pytest -q
+
+# The simulation soak: SEEDS seeded interleavings with faults per write mode (`make test`
+# runs the default 1000 per mode). A failure prints the command that replays its seed.
+SEEDS ?= 20000
+chaos: $(STAMP)
+	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check langgraph_durable tests benchmarks
