@@ -14,7 +14,8 @@ Environment:
     LGD_SIM_FAULTS   comma-separated fault kinds to inject (default: all of
                      wipe,evict,lost,unreachable,restore)
     LGD_SIM_ALLOWANCE  steps during which another process may read older state after a
-                     write that bypassed Redis (the documented exception of I1; default 0)
+                     write that bypassed Redis (the documented exception of I1: the
+                     stale-mark poll interval, default `MARK_INTERVAL` steps)
     LGD_SIM_KNOWN_DEFECTS=1  mark the invariant tests as expected to fail: the protocol
                      of today breaks I1, I3, I4, I5 and raises on duplicate special writes.
                      The one switch to remove once the protocol is fixed.
@@ -41,14 +42,14 @@ import redis
 
 from langgraph_durable import DurableSaver
 from tests.conftest import POSTGRES_URL, REDIS_URL
-from tests.sim.core import Latencies, SaverConfig, Tiers
+from tests.sim.core import MARK_INTERVAL, Latencies, SaverConfig, Tiers
 from tests.sim.invariants import Checker, Violation
 from tests.sim.scheduler import FAULTS, Env, Params, Sim, short
 from tests.sim.workload import DESTROYS
 
 SEEDS = int(os.environ.get("LGD_SIM_SEEDS", "1000"))
 CHUNKS = 4
-ALLOWANCE = int(os.environ.get("LGD_SIM_ALLOWANCE", "0"))
+ALLOWANCE = int(os.environ.get("LGD_SIM_ALLOWANCE", str(MARK_INTERVAL)))
 TRACE_LINES = 60
 KNOWN_DEFECTS = pytest.mark.xfail(
     os.environ.get("LGD_SIM_KNOWN_DEFECTS") == "1",

@@ -72,8 +72,16 @@ def announce(ctx: Context, keys: ThreadKeys) -> Op[str | None]:
     return token if done is not None else None
 
 
-def stale_mark(ctx: Context, thread_id: str) -> Statement:
-    return Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id})
+def stale_marks(ctx: Context, thread_ids: Sequence[str]) -> list[Statement]:
+    """Statements that mark the threads' hot copies stale, for the end of a transaction
+    that changed them while Redis was bypassed. The mark's version becomes the threads'
+    tombstone once applied; every namespace of the threads then gets a newer version, so
+    a copy read after the change is accepted again."""
+    out: list[Statement] = []
+    for thread_id in thread_ids:
+        out.append(Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id}))
+        out.append(Statement(ctx.statements.bump_thread_sql, {"thread_id": thread_id}))
+    return out
 
 
 def commit(
@@ -81,7 +89,7 @@ def commit(
 ) -> Op[list[Any]]:
     """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too, and
     have this process apply the marks before its next operation."""
-    marks = [] if token is not None else [stale_mark(ctx, t) for t in thread_ids]
+    marks = [] if token is not None else stale_marks(ctx, thread_ids)
     result: list[Any] = yield Cold((*statements, *marks))
     if marks:
         ctx.marks.due_now()
@@ -108,11 +116,16 @@ def apply_marks(ctx: Context) -> Op[int]:
     marks this Redis has not applied yet; returns how many threads were dropped.
 
     The highest mark applied is kept in Redis itself, so a Redis restored from an older
-    snapshot applies again the marks made since. Raises `TierUnavailableError` when a tier
-    cannot be reached; nothing is recorded as applied then.
+    snapshot applies again the marks made since; a Redis without it (new, or emptied)
+    holds nothing older and starts from the newest mark. The usual poll, with no new
+    mark, is one index lookup in Postgres and one Redis call. Raises
+    `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
     watermark = marks_key(ctx.config.key_prefix)
-    applied = int((yield Hot("marks", [watermark], [""])) or 0)
+    newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
+    applied = int((yield Hot("marks", [watermark], ["", newest])) or 0)
+    if applied >= newest:
+        return 0
     dropped = 0
     while rows := (
         yield Cold.one(ctx.statements.pending_marks_sql, {"after": applied}, fetch=True)
@@ -125,7 +138,7 @@ def apply_marks(ctx: Context) -> Op[int]:
                 ["", row["version"], ctx.ttl_ms],
             )
         applied = max(r["seq"] for r in rows)
-        yield Hot("marks", [watermark], [applied])
+        yield Hot("marks", [watermark], [applied, newest])
         dropped += len(rows)
     if dropped:
         keep = max(2 * ctx.ttl_ms / 1000, 3600.0)

@@ -345,10 +345,17 @@ return #keys
 
 # The highest stale mark (a Postgres sequence number) this Redis has applied, raised to
 # ARGV[1] when that is larger. Lives with the data it describes: a Redis restored from an
-# older snapshot also has an older mark, so the marks after it are applied again.
-# KEYS[1] marks key  ARGV[1] seq applied now, or "" to only read  returns the mark
+# older snapshot also has an older mark, so the marks after it are applied again. A Redis
+# without the key holds no copy older than the marks (it is new or was emptied), so the
+# first caller sets it to ARGV[2], the newest mark, instead of applying them all.
+# KEYS[1] marks key  ARGV[1] seq applied now, or "" to only read  ARGV[2] newest mark
+# returns the mark
 MARKS_SCRIPT = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1') or -1
+if current < 0 then
+  current = tonumber(ARGV[2])
+  redis.call('SET', KEYS[1], current)
+end
 if ARGV[1] ~= '' and tonumber(ARGV[1]) > current then
   current = tonumber(ARGV[1])
   redis.call('SET', KEYS[1], ARGV[1])

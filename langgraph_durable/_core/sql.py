@@ -540,11 +540,21 @@ MARK_HOT_STALE_SQL = (
     + ")"
 )
 
+# After a mark: every namespace of the thread gets a version above the mark's. %(thread_id)s
+BUMP_THREAD_SQL = (
+    "UPDATE {schema}.lgd_heads SET version = "
+    + _NEXT_VERSION
+    + " WHERE thread_id = %(thread_id)s"
+)
+
 # %(after)s: the marks Redis has not applied yet, oldest first
 PENDING_MARKS_SQL = """
 SELECT seq, thread_id, version FROM {schema}.lgd_hot_marks
 WHERE seq > %(after)s ORDER BY seq LIMIT 500
 """
+
+# The newest mark (0 when there is none).
+NEWEST_MARK_SQL = "SELECT coalesce(max(seq), 0) AS seq FROM {schema}.lgd_hot_marks"
 
 # Marks older than any hot copy they could describe (%(keep)s seconds: twice the hot TTL).
 FORGET_MARKS_SQL = """

@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context, new_version
-from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_mark, try_hot
+from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_marks, try_hot
 from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -339,7 +339,7 @@ def _mutate_threads(
     for keys in keyed:
         tokens.append((yield from announce(ctx, keys)))
     bypassed = [t for t, tok in zip(thread_ids, tokens, strict=True) if tok is None]
-    marks = [stale_mark(ctx, t) for t in bypassed]
+    marks = stale_marks(ctx, bypassed)
     heads = (
         []
         if deletes

@@ -13,7 +13,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from tests.sim.core import Cold, Op, Tiers, ops
+from tests.sim.core import Cold, Op, Tiers, execute, ops, run
 from tests.sim.scheduler import Sim, short
 from tests.sim.workload import DESTROYS, Record, config, tuple_id
 
@@ -147,10 +147,10 @@ class Checker:
         """I3: after quiescence Redis serves each thread's head as Postgres holds it,
         pending writes included."""
         for thread, ns in self.sim.places():
-            hot_ctx, cold_ctx = self.sim.reader(), self.sim.reader()
+            hot_ctx, cold_ctx = self.sim.reader(), self.sim.reader("through")
             cold_ctx.breaker.failure()  # bypass Redis: Postgres alone
             served, hot = _hot_only(tiers, ops.get_tuple(hot_ctx, config(thread, ns)))
-            cold = tiers.run(ops.get_tuple(cold_ctx, config(thread, ns)))
+            cold = run(tiers, ops.get_tuple(cold_ctx, config(thread, ns)))
             where = place(thread, ns)
             if not served:
                 if cold is not None:
@@ -259,7 +259,7 @@ def _hot_only(tiers: Tiers, op: Op[Any]) -> tuple[bool, Any]:
             op.close()
             return False, None
         try:
-            request = op.send(tiers.execute(request))
+            request = op.send(execute(tiers, request))
         except StopIteration as stop:
             return True, stop.value
 

@@ -11,7 +11,7 @@ The checkers (`invariants`) then judge the history this leaves.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -22,6 +22,7 @@ from tests.sim.core import (
     Cold,
     Context,
     Hot,
+    Op,
     Pause,
     Request,
     SaverConfig,
@@ -29,10 +30,13 @@ from tests.sim.core import (
     ThreadKeys,
     Tiers,
     TierUnavailableError,
+    execute,
     journal,
     new_context,
     ops,
+    poll_marks,
     recover_hot,
+    run,
 )
 from tests.sim.workload import (
     Actor,
@@ -119,7 +123,8 @@ class Sim:
         self.threads = [f"{tag}-t{i}" for i in range(params.threads)]
         self.work = Workload(random.Random(f"work-{params.seed}"), self.threads, params.mode)
         self.config = env.configs[params.mode]
-        self.contexts = [new_context(self.config, f"{tag}-p{i}", env.serde)
+        self.clock = 0
+        self.contexts = [new_context(self.config, f"{tag}-p{i}", env.serde, self.now)
                          for i in range(params.procs)]
         self.lanes: list[Lane] = []
         for i, ctx in enumerate(self.contexts):
@@ -180,7 +185,7 @@ class Sim:
         for _ in range(50):
             for i, ctx in enumerate(self.contexts):
                 self._call(i, ctx, Call("flush_batch", "", "", journal.flush_batch(ctx)))
-            if self.env.tiers.run(journal.journal_state(self.contexts[0]))[2] == 0:
+            if run(self.env.tiers, journal.journal_state(self.contexts[0]))[2] == 0:
                 return
         self.stuck = True
 
@@ -198,9 +203,14 @@ class Sim:
         seen = {(r.call.thread, r.call.ns) for r in self.history if r.call.thread}
         return sorted(seen | {(t, "") for t in self.threads})
 
-    def reader(self) -> Context:
-        """A fresh process's context (empty cache, closed breaker)."""
-        return new_context(self.config, "sim-reader", self.env.serde)
+    def reader(self, mode: str | None = None) -> Context:
+        """A fresh process's context (empty cache, closed breaker), of the run's write mode
+        unless ``mode`` says otherwise."""
+        config = self.env.configs[mode] if mode else self.config
+        return new_context(config, "sim-reader", self.env.serde, self.now)
+
+    def now(self) -> int:
+        return self.clock
 
     def _call(self, proc: int, ctx: Context, call: Call) -> Record:
         """Run one call to its end, outside the interleaving and without faults."""
@@ -224,6 +234,8 @@ class Sim:
         self._start(lane, call)
 
     def _start(self, lane: Lane, call: Call) -> None:
+        if lane.proc >= 0 and call.kind != "probe" and lane.ctx.marks.due():
+            call = replace(call, op=_after(poll_marks(lane.ctx), call.op))  # as the engine
         record = Record(len(self.history), lane.proc, call, self.clock)
         self.history.append(record)
         extra = f" {call.checkpoint_id[-8:]}<-{call.parent_id[-8:]}" if call.kind == "put" else ""
@@ -245,7 +257,7 @@ class Sim:
             fault, error = "unreachable", TierUnavailableError("injected outage", tier="hot")
         else:
             try:
-                value = self.env.tiers.execute(request)
+                value = execute(self.env.tiers, request)
             except Exception as exc:
                 error = exc
             else:
@@ -352,25 +364,34 @@ class Sim:
         """Remember a thread's keys (DUMP), as an older AOF would hold them."""
         thread = self.rng.choice(self.threads)
         snap: dict[bytes, tuple[bytes, int]] = {}
-        for key in self._thread_keys(thread):
+        for key in [*self._thread_keys(thread), self._marks_key]:
             dump, ttl = self.env.redis.dump(key), self.env.redis.pttl(key)
             if dump is not None:
                 snap[key] = (dump, max(ttl, 0))
         self.snapshots[thread] = snap
         return f"{short(thread)} ({len(snap)} keys)"
 
+    @property
+    def _marks_key(self) -> bytes:
+        return f"{self.env.prefix}:marks".encode()
+
     def _fault_restore(self) -> str:
-        """Redis restarts from an older state of one thread (an AOF older than Postgres)."""
+        """Redis restarts from an older state of one thread (an AOF older than Postgres),
+        with the applied-marks record of that time."""
         if not self.snapshots:
             return "(no snapshot)"
         thread = self.rng.choice(sorted(self.snapshots))
         snap = self.snapshots[thread]
-        keys = self._thread_keys(thread)
-        if keys:
-            self.env.redis.delete(*keys)
+        keys = [*self._thread_keys(thread), self._marks_key]
+        self.env.redis.delete(*keys)
         for key, (dump, ttl) in snap.items():
             self.env.redis.restore(key, ttl, dump, replace=True)
         return f"{short(thread)} ({len(snap)} keys)"
+
+
+def _after(first: Op[Any], then: Op[Any]) -> Op[Any]:
+    yield from first
+    return (yield from then)
 
 
 def describe(request: Request) -> str:
