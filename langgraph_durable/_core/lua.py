@@ -129,8 +129,9 @@ return 1
 # namespace's version rises to the committed one.
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
-# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot (the
-# caller then writes through Postgres, which knows the head).
+# Replies {"conflict", head} if it is not, and {"cold", dirty} when the index is not hot
+# (the caller then writes through Postgres, which knows the head, after draining the
+# journal when dirty = 1: the thread has entries not yet flushed).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -152,9 +153,10 @@ if version > 0 then
   end
 end
 if ARGV[12] == '1' then
-  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return {'cold'} end
+  local cold = {'cold', redis.call('EXISTS', KEYS[6])}
+  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return cold end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1)
-  if #last == 0 then return {'cold'} end
+  if #last == 0 then return cold end
   if last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then return {'conflict', last[1]} end
 end
 adopt(KEYS[5], KEYS[2], KEYS[3], prefix)

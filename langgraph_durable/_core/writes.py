@@ -59,7 +59,7 @@ def put(
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
     stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
-    cas = ((config or {}).get("configurable") or {}).get(HEAD_KEY) is not None
+    cas = _extends_head(config, stored.parent_id)
     keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
     rows = yield from _write(
         ctx,
@@ -76,6 +76,21 @@ def put(
     config = stored.where.config(stored.checkpoint_id)
     config["configurable"][HEAD_KEY] = stored.checkpoint_id  # as a read of it would say
     return config
+
+
+def _extends_head(config: RunnableConfig, parent_id: str | None) -> bool:
+    """Whether a put must extend its namespace's head (compare-and-set) rather than fork.
+
+    A run carries the configurable of the checkpoint it loaded: `HEAD_KEY` set to an id
+    when it loaded the head, set to ``None`` when it loaded an older checkpoint by id (a
+    fork the caller asked for). A put without the key that names a parent (a run that
+    began on an empty thread, or a direct call) extends the head too. A root put without
+    it does not: two runs that both start an empty namespace are not serialized.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    if HEAD_KEY in configurable:
+        return configurable[HEAD_KEY] is not None
+    return parent_id is not None
 
 
 def _write(
@@ -104,7 +119,8 @@ def _write(
             return None  # journaled
         if reply[0] == b"conflict":
             yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
-        yield from journal.flush(ctx, timeout=None)  # "cold": Postgres must be current first
+        if int(reply[1]):  # "cold" with entries of the thread unflushed: Postgres first
+            yield from journal.flush(ctx, timeout=None)
     token = yield from announce(ctx, keys)
     rows: list[dict[str, Any]] = (yield from commit(ctx, token, [keys.thread_id], [statement()]))[0]
     if token is not None:

@@ -135,18 +135,29 @@ class Workload:
         return [("counter", self.token("v")), ("log", self.token("l"))][: self.rng.randint(1, 2)]
 
 
+def carried(tup: CheckpointTuple | None) -> dict[str, Any]:
+    """What LangGraph carries from the checkpoint a run loaded into each of its puts: the
+    loaded config's configurable (the saver's head marker among it)."""
+    if tup is None:
+        return {}
+    return {k: v for k, v in tup.config["configurable"].items() if k.startswith("__")}
+
+
 def put_call(
     w: Workload, ctx: Context, proc: int, where: tuple[str, str], parent_id: str | None,
-    step: int, *, fork: bool, basis: int,
+    step: int, *, fork: bool, basis: int, carry: dict[str, Any],
 ) -> Call:
-    """A put of a new checkpoint at ``step``, child of ``parent_id``."""
+    """A put of a new checkpoint at ``step``, child of ``parent_id``, with the
+    configurable keys the run carries from the checkpoint it loaded."""
     thread, ns = where
     cid = w.checkpoint_id()
     cp, versions = w.checkpoint(cid, step, proc)
     metadata: CheckpointMetadata = {"source": "fork" if fork else "loop", "step": step,
                                     "parents": {}}
     w.known.setdefault(where, []).append(cid)
-    op = ops.put(ctx, config(thread, ns, parent_id), cp, metadata, versions)
+    put_config = config(thread, ns, parent_id)
+    put_config["configurable"].update(carry)
+    op = ops.put(ctx, put_config, cp, metadata, versions)
     return Call("put", thread, ns, op, checkpoint_id=cid, parent_id=parent_id or "", fork=fork,
                 step=step, basis=basis)
 
@@ -176,15 +187,16 @@ def writer_turn(w: Workload, ctx: Context, proc: int) -> Actor:
         return
     head: CheckpointTuple | None = read.result
     step = int(head.metadata.get("step", -1)) + 1 if head else 0
+    carry = carried(head)
     put = yield put_call(w, ctx, proc, (thread, ns), tuple_id(head), step, fork=fork,
-                         basis=read.id)
+                         basis=read.id, carry=carry)
     if not put.acked:
         return
     for _ in range(w.rng.randint(1, 3)):
         if not (yield writes_call(w, ctx, thread, ns, put.call.checkpoint_id)).acked:
             return
     yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=False,
-                   basis=put.id)
+                   basis=put.id, carry=carry)
 
 
 def reader(w: Workload, ctx: Context) -> Actor:
