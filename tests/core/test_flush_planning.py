@@ -42,32 +42,36 @@ def _rows(statement: Any) -> list[tuple[Any, ...]]:
 
 
 def test_flush_batch_writes_one_transaction_then_acks_every_entry(ctx: Context) -> None:
-    """flush_batch: read a batch through the consumer group, write blobs, checkpoints and
-    writes in one transaction, then ack each entry with its thread's unflushed member;
-    returns how many entries it moved."""
+    """flush_batch: read a batch through the consumer group, write blobs, checkpoints,
+    writes and each namespace's new head in one transaction, then ack each entry with its
+    thread's unflushed member and raise each namespace's hot version to the one the flush
+    committed; returns how many entries it moved."""
     payloads = (journal.pack_checkpoint_entry(_checkpoint("c1", None, "1")),
                 journal.pack_checkpoint_entry(_checkpoint("c2", "c1", "2")),
                 _writes("c2", (0, "x", b"w0")))
     st = ctx.statements
     script = Script([
         (hot("flush_read", [journal_key("t")]), _raw(*payloads)),
-        (cold(st.flush_blobs_sql, st.flush_checkpoints_sql, st.flush_writes_sql),
-         [None, None, None]),
+        (cold(st.flush_blobs_sql, st.flush_checkpoints_sql, st.flush_writes_sql,
+              st.flush_heads_sql),
+         [None, None, None, [{"thread_id": THREAD, "checkpoint_ns": "", "version": 42}]]),
         (hot("flush_ack", [journal_key("t")]), 3),
     ])
     assert script.run(journal.flush_batch(ctx)) == 3
     assert script.done
     assert list(script.requests[0].args) == [journal.GROUP, "host:1:c", 256, 10_000]
-    blobs, checkpoints, writes = script.requests[1].statements
+    blobs, checkpoints, writes, heads = script.requests[1].statements
     assert [r[:4] for r in _rows(blobs)] == [(THREAD, "", "x", "1"), (THREAD, "", "x", "2")]
     assert [r[2] for r in _rows(checkpoints)] == ["c1", "c2"]
     assert [r[2:5] for r in _rows(writes)] == [("c2", "task", 0)]
+    assert heads.fetch and _rows(heads) == [(THREAD, "", "c2")]
     keys = ThreadKeys("t", THREAD)
     assert list(script.requests[2].args) == [
-        journal.GROUP, ctx.ttl_ms,
+        journal.GROUP, ctx.ttl_ms, 3,
         "1-0", keys.unflushed, keys.unflushed_member("", "c1"), keys.registry,
         "2-0", keys.unflushed, keys.unflushed_member("", "c2"), keys.registry,
         "3-0", keys.unflushed, keys.unflushed_member("", "c2"), keys.registry,
+        keys.versions, keys.version_field(""), 42,
     ]
 
 
@@ -82,7 +86,7 @@ def test_latest_policy_keeps_the_newest_checkpoint_per_namespace_and_every_blob(
         make_ctx: Callable[..., Context]) -> None:
     """flush_policy="latest": per thread and namespace only the batch's newest checkpoint is
     written, with the blobs of the skipped ones (it may reference them) but without their
-    writes; another namespace keeps its own newest."""
+    writes; another namespace keeps its own newest, and each becomes its namespace's head."""
     ctx = make_ctx(flush_policy="latest")
     entries = _entries(
         journal.pack_checkpoint_entry(_checkpoint("c1", None, "1")),
@@ -91,34 +95,39 @@ def test_latest_policy_keeps_the_newest_checkpoint_per_namespace_and_every_blob(
         _writes("c2", (0, "x", b"new")),
         journal.pack_checkpoint_entry(_checkpoint("s1", None, "1", ns="sub")),
     )
-    blobs, checkpoints, writes = journal._plan(ctx, entries).statements(ctx)
+    blobs, checkpoints, writes, heads = journal._plan(ctx, entries).statements(ctx)
     assert sorted(r[:4] for r in _rows(blobs)) == [
         (THREAD, "", "x", "1"), (THREAD, "", "x", "2"), (THREAD, "sub", "x", "1")]
     assert sorted((r[1], r[2]) for r in _rows(checkpoints)) == [("", "c2"), ("sub", "s1")]
     assert [(r[2], r[7]) for r in _rows(writes)] == [("c2", b"new")]
+    assert _rows(heads) == [(THREAD, "", "c2"), (THREAD, "sub", "s1")]
 
 
 def test_all_policy_keeps_every_checkpoint(make_ctx: Callable[..., Context]) -> None:
-    """flush_policy="all": every checkpoint of the batch is written, in journal order."""
+    """flush_policy="all": every checkpoint of the batch is written, in journal order; the
+    namespace's head becomes the newest of them."""
     ctx = make_ctx(flush_policy="all")
     entries = _entries(journal.pack_checkpoint_entry(_checkpoint("c1", None, "1")),
                        journal.pack_checkpoint_entry(_checkpoint("c2", "c1", "2")))
-    _, checkpoints = journal._plan(ctx, entries).statements(ctx)
+    _, checkpoints, heads = journal._plan(ctx, entries).statements(ctx)
     assert [r[2] for r in _rows(checkpoints)] == ["c1", "c2"]
+    assert _rows(heads) == [(THREAD, "", "c2")]
 
 
 def test_a_batch_dedupes_writes_first_wins_special_last_wins(ctx: Context) -> None:
     """Two entries for the same (task, idx): an ordinary write keeps the first (LangGraph's
-    first-write-wins), a special one (idx < 0, e.g. an interrupt) the last."""
+    first-write-wins), a special one (idx < 0, e.g. an interrupt) the last. A batch of
+    writes alone still versions its namespace, without naming a head."""
     entries = _entries(
         _writes("c1", (0, "x", b"first"), (-3, "__interrupt__", b"first-special")),
         _writes("c1", (0, "x", b"second"), (-3, "__interrupt__", b"second-special")),
     )
     st = ctx.statements
-    writes, special = journal._plan(ctx, entries).statements(ctx)
+    writes, special, heads = journal._plan(ctx, entries).statements(ctx)
     assert writes.query == st.flush_writes_sql and special.query == st.flush_special_writes_sql
     assert [r[7] for r in _rows(writes)] == [b"first"]
     assert [r[7] for r in _rows(special)] == [b"second-special"]
+    assert heads.query == st.flush_heads_sql and _rows(heads) == [(THREAD, "", None)]
 
 
 def test_entries_are_planned_in_stream_order_whatever_order_they_arrive_in(
@@ -127,5 +136,5 @@ def test_entries_are_planned_in_stream_order_whatever_order_they_arrive_in(
     so the special write that wins is the one journaled last, not the one listed last."""
     entries = _entries(_writes("c1", (-3, "__interrupt__", b"journaled-first")),
                        _writes("c1", (-3, "__interrupt__", b"journaled-last")))
-    (special,) = journal._plan(ctx, list(reversed(entries))).statements(ctx)
+    special, _ = journal._plan(ctx, list(reversed(entries))).statements(ctx)
     assert [r[7] for r in _rows(special)] == [b"journaled-last"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable._core.writes import _keep_set
 from tests.core.script import Script, cold, hot
 
@@ -56,20 +56,29 @@ def test_the_walk_stops_at_a_parent_that_is_gone() -> None:
 
 
 def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> None:
-    """prune(keep_latest): scan, then one transaction that deletes everything outside the
-    keep set (plus orphan blobs), between the write intent and the hot copy's drop."""
+    """prune(keep_latest): drain the journal (empty here), scan, then one transaction that
+    takes a tombstone version, deletes everything outside the keep set (plus orphan
+    blobs) and gives each remaining namespace its head back, between the write intent and
+    the hot copy's drop with that tombstone."""
     st = ctx.statements
     keys = ThreadKeys("t", "t1")
     script = Script([
+        (hot("journal_state", [journal_key("t")]), [b"", b"", 0]),
         (cold(st.prune_scan_sql), [[_row("c1", None, stored=["m"]),
                                     _row("c2", "c1", counters={"m": 1})]]),
         (hot("intent", [keys.intents]), 1),
-        (cold(st.prune_delete_sql, st.delete_orphan_blobs_sql), [[], None]),
-        (hot("drop_thread", [keys.intents, keys.registry, keys.unflushed]), 1),
+        (cold(st.tombstone_sql, st.prune_delete_sql, st.delete_orphan_blobs_sql,
+              st.rebuild_heads_sql), [[{"version": 17}], [], None, None]),
+        (hot("drop_thread", [keys.intents, keys.registry, keys.versions]), 1),
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
-    assert script.requests[0].statements[0].params == {"thread_ids": ["t1"]}
-    assert script.requests[2].statements[0].params == {
+    assert script.requests[1].statements[0].params == {"thread_ids": ["t1"]}
+    tombstone, delete, _, heads = script.requests[3].statements
+    assert tombstone.fetch
+    assert delete.params == {
         "thread_ids": ["t1"], "keep_threads": ["t1", "t1"], "keep_ns": ["", ""],
         "keep_ids": ["c2", "c1"]}
+    assert heads.params == {"thread_ids": ["t1"]}
+    token = script.requests[2].args[0]
+    assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms]

@@ -1,4 +1,5 @@
-"""A put when Redis fails: the write goes to Postgres alone and marks the hot copy stale."""
+"""A put when a tier fails: write-through goes to Postgres alone and marks the hot copy
+stale; write-behind refuses rather than write Postgres under entries only Redis holds."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.records import HEAD_KEY
+from langgraph_durable.errors import TierUnavailableError
 from tests.core.script import Script, cold, cold_down, hot, hot_down
 
 THREAD = "thread-1"
 
 
-def _put(ctx: Context) -> Any:
+def _put(ctx: Context) -> tuple[str, Any]:
+    """A put of a first checkpoint (no parent, no head read): its id and the operation."""
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = {"x": 1}
     checkpoint["channel_versions"] = {"x": "1"}
@@ -27,53 +31,68 @@ def _put(ctx: Context) -> Any:
 
 def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark(
         ctx: Context) -> None:
-    """put: intent → TierUnavailableError(hot) → one transaction of the checkpoint and the
-    thread's stale mark; no further Redis call; the breaker opens; the config is returned."""
+    """put: intent → TierUnavailableError(hot) → one transaction of the checkpoint, the
+    thread's stale mark and a new version of its namespaces; no further Redis call; the
+    breaker opens, this process applies the marks next, and the config is returned."""
     checkpoint_id, op = _put(ctx)
     keys = ThreadKeys("t", THREAD)
+    st = ctx.statements
+    ctx.marks.checked()
     script = Script([
         (hot("intent", [keys.intents]), hot_down()),
-        (cold(ctx.statements.put_checkpoint_sql, ctx.statements.mark_hot_stale_sql),
-         [None, None]),
+        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
+         [[{"version": 9}], None, None]),
     ])
     config = script.run(op)
     assert script.done
     assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
-                                      "checkpoint_id": checkpoint_id}
-    put_stmt, mark = script.requests[1].statements
+                                      "checkpoint_id": checkpoint_id, HEAD_KEY: checkpoint_id}
+    put_stmt, mark, bump = script.requests[1].statements
+    assert put_stmt.fetch
     assert put_stmt.params["thread_id"] == THREAD
     assert put_stmt.params["checkpoint_id"] == checkpoint_id
-    assert mark.params == {"thread_id": THREAD}
+    assert put_stmt.params["cas"] is False
+    assert mark.params == {"thread_id": THREAD} and bump.params == {"thread_id": THREAD}
     assert ctx.breaker.is_open and ctx.breaker.trips == 1
+    assert ctx.marks.due()
 
 
 def test_while_the_breaker_is_open_a_put_skips_redis_entirely(ctx: Context) -> None:
     """Once the breaker is open, a put yields no hot request at all: straight to Postgres,
-    with the stale mark."""
+    with the stale mark and the version bump."""
     ctx.breaker.failure()
     _, op = _put(ctx)
+    st = ctx.statements
     script = Script([
-        (cold(ctx.statements.put_checkpoint_sql, ctx.statements.mark_hot_stale_sql),
-         [None, None]),
+        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
+         [[{"version": 9}], None, None]),
     ])
     script.run(op)
     assert script.done
 
 
-def test_write_through_put_with_both_tiers_up_clears_its_intent_in_redis(ctx: Context) -> None:
-    """The healthy path: intent, Postgres commit without a stale mark, then the hot put
-    script carrying the intent's token."""
-    _, op = _put(ctx)
+def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
+        ctx: Context) -> None:
+    """The healthy path: intent, Postgres commit without a stale mark (its row carries the
+    namespace's new version), then the hot put script carrying the intent's token and that
+    version, so a copy read before this commit can never replace it."""
+    checkpoint_id, op = _put(ctx)
     keys = ThreadKeys("t", THREAD)
     script = Script([
         (hot("intent", [keys.intents]), 1),
-        (cold(ctx.statements.put_checkpoint_sql), [None]),
-        (hot("put"), 1),
+        (cold(ctx.statements.put_checkpoint_sql), [[{"version": 7}]]),
+        (hot("put", [keys.intents, keys.index(""), keys.blobs(""),
+                     keys.checkpoint("", checkpoint_id), keys.registry, keys.unflushed,
+                     keys.versions]), 1),
     ])
     script.run(op)
     assert script.done
     token = script.requests[0].args[0]
-    assert script.requests[2].args[0] == token
+    args = script.requests[2].args
+    assert args[0] == token
+    assert args[10] == 7, "the committed version"
+    assert args[11] == "0", "write-through checks the head in Postgres, not in Redis"
+    assert args[12] == keys.version_field("")
     assert not ctx.breaker.is_open
 
 
@@ -86,25 +105,25 @@ def test_write_through_put_with_postgres_down_raises_and_leaves_redis_untouched(
         (hot("intent"), 1),
         (cold(ctx.statements.put_checkpoint_sql), cold_down()),
     ])
-    with pytest.raises(Exception, match="cold tier") as raised:
+    with pytest.raises(TierUnavailableError) as raised:
         script.run(op)
-    assert getattr(raised.value, "tier", None) == "cold"
+    assert raised.value.tier == "cold"
     assert script.done
 
 
-def test_write_behind_put_with_redis_down_falls_back_to_postgres(
+def test_write_behind_put_with_redis_down_fails_closed(
         make_ctx: Callable[..., Context]) -> None:
-    """Write-behind: the journaled hot script fails, the breaker opens, and the put is
-    committed to Postgres with a stale mark instead (no intent is tried on a dead Redis)."""
+    """Write-behind: the journaled hot script fails, the breaker opens, and the put raises
+    TierUnavailableError(tier="hot") without any Postgres request (Redis may hold entries
+    Postgres lacks; writing Postgres could fork the thread). While the breaker stays open,
+    the next put raises before any request at all."""
     ctx = make_ctx(write_mode="behind")
     _, op = _put(ctx)
-    keys = ThreadKeys("t", THREAD)
-    script = Script([
-        (hot("put_behind"), hot_down()),
-        (cold(ctx.statements.put_checkpoint_sql, ctx.statements.mark_hot_stale_sql),
-         [None, None]),
-    ])
-    script.run(op)
-    assert script.done
-    assert script.requests[0].keys[-1] == journal_key("t")
-    assert keys.intents in script.requests[0].keys
+    script = Script([(hot("put_behind"), hot_down())])
+    with pytest.raises(TierUnavailableError) as raised:
+        script.run(op)
+    assert raised.value.tier == "hot" and THREAD in str(raised.value)
+    assert script.done and ctx.breaker.is_open
+    _, again = _put(ctx)
+    with pytest.raises(TierUnavailableError, match="hot"):
+        next(again)
