@@ -51,6 +51,9 @@ SEEDS = int(os.environ.get("LGD_SIM_SEEDS", "1000"))
 CHUNKS = 4
 ALLOWANCE = int(os.environ.get("LGD_SIM_ALLOWANCE", str(MARK_INTERVAL)))
 TRACE_LINES = 60
+# Short enough that the stale marks the seeds leave behind (kept for twice the hot TTL)
+# stay few, long enough that no key expires within a seed (a seed lasts ~0.1 s).
+SIM_TTL = 10.0
 KNOWN_DEFECTS = pytest.mark.xfail(
     os.environ.get("LGD_SIM_KNOWN_DEFECTS") == "1",
     reason="LGD_SIM_KNOWN_DEFECTS=1: the protocol's known coherence defects", strict=False)
@@ -65,7 +68,8 @@ def env(namespace: tuple[str, str]) -> Iterator[Env]:
         saver.setup()
     configs = {
         mode: SaverConfig(redis_url=REDIS_URL, postgres_url=POSTGRES_URL, write_mode=mode,
-                          key_prefix=prefix, schema=schema, background_flush=False)
+                          key_prefix=prefix, schema=schema, background_flush=False,
+                          hot_ttl=SIM_TTL)
         for mode in ("through", "behind")
     }
     tiers = Tiers(configs["through"], latencies=Latencies())

@@ -116,14 +116,14 @@ def apply_marks(ctx: Context) -> Op[int]:
     marks this Redis has not applied yet; returns how many threads were dropped.
 
     The highest mark applied is kept in Redis itself, so a Redis restored from an older
-    snapshot applies again the marks made since; a Redis without it (new, or emptied)
-    holds nothing older and starts from the newest mark. The usual poll, with no new
-    mark, is one index lookup in Postgres and one Redis call. Raises
+    snapshot applies again the marks made since, and a new or emptied Redis applies every
+    mark kept (one per thread, for twice ``hot_ttl``). The usual poll, with no new mark,
+    is one index lookup in Postgres and one Redis call. Raises
     `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
     watermark = marks_key(ctx.config.key_prefix)
     newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
-    applied = int((yield Hot("marks", [watermark], ["", newest])) or 0)
+    applied = int((yield Hot("marks", [watermark], [""])) or 0)
     if applied >= newest:
         return 0
     dropped = 0
@@ -138,10 +138,10 @@ def apply_marks(ctx: Context) -> Op[int]:
                 ["", row["version"], ctx.ttl_ms],
             )
         applied = max(r["seq"] for r in rows)
-        yield Hot("marks", [watermark], [applied, newest])
+        yield Hot("marks", [watermark], [applied])
         dropped += len(rows)
     if dropped:
-        keep = max(2 * ctx.ttl_ms / 1000, 3600.0)
+        keep = 2 * ctx.ttl_ms / 1000 or 7 * 86400.0  # a copy older than that expired
         yield Cold.one(ctx.statements.forget_marks_sql, {"keep": keep})
         logger.warning(
             "dropped the hot copy of %d threads written while Redis was bypassed", dropped

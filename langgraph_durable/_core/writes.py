@@ -48,7 +48,8 @@ from langgraph_durable.errors import ConfigurationError, ThreadConflictError, Ti
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
-HotCall = Callable[[str, int, int, Journal | None], Hot]  # (token, ttl, version, journal)
+# (token, ttl, the committed row or None, journal) -> the hot script call
+HotCall = Callable[[str, int, dict[str, Any] | None, Journal | None], Hot]
 
 
 def put(
@@ -67,8 +68,8 @@ def put(
         stored.where,
         lambda: _put_statement(ctx, stored, cas),
         lambda: pack_checkpoint_entry(stored),
-        lambda token, ttl, version, journal: _put_hot(
-            keys, stored, token, ttl, version, cas, ctx.config.hot_checkpoints, journal
+        lambda token, ttl, row, journal: _put_hot(
+            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, journal
         ),
     )
     if rows == []:
@@ -108,11 +109,11 @@ def _write(
     bypassed it raises rather than write Postgres under entries Redis may still hold.
     Write-through, or write-behind for a thread Redis does not hold: intent, Postgres
     commit, then the hot script with the committed version (which clears the intent).
-    ``hot(token, ttl, version, journal)`` builds the script call.
+    ``hot(token, ttl, committed row, journal)`` builds the script call.
     """
     if ctx.config.write_mode == "behind":
         journal_entry = (journal_key(ctx.config.key_prefix), entry(), ctx.config.max_unflushed)
-        reply = yield from try_hot(ctx, hot("", -1, 0, journal_entry))
+        reply = yield from try_hot(ctx, hot("", -1, None, journal_entry))
         if reply is None:
             raise bypassed(where.thread_id)
         if not isinstance(reply, list):
@@ -124,7 +125,7 @@ def _write(
     token = yield from announce(ctx, keys)
     rows: list[dict[str, Any]] = (yield from commit(ctx, token, [keys.thread_id], [statement()]))[0]
     if token is not None:
-        applied = hot(token, ctx.ttl_ms, int(rows[0]["version"]), None) if rows else None
+        applied = hot(token, ctx.ttl_ms, rows[0], None) if rows else None
         yield from try_hot(ctx, applied or _release(keys, token))
     return rows
 
@@ -186,12 +187,16 @@ def _put_hot(
     stored: StoredCheckpoint,
     token: str,
     ttl: int,
-    version: int,
+    row: dict[str, Any] | None,
     cas: bool,
     keep: int,
     journal: Journal | None = None,
 ) -> Hot:
     ns = stored.where.checkpoint_ns
+    if row is None:  # write-behind: the script itself checks the head when asked
+        version, head = 0, "1" if cas else "0"
+    else:  # write-through, after the commit
+        version, head = int(row["version"]), "h" if row["head"] == stored.checkpoint_id else "0"
     hot_keys = [
         keys.intents,
         keys.index(ns),
@@ -213,7 +218,7 @@ def _put_hot(
         keys.unflushed_member(ns, ""),
         new_version(),
         version,
-        "1" if cas and journal is not None else "0",
+        head,
         keys.version_field(ns),
         len(stored.blobs),
     ]
@@ -257,8 +262,8 @@ def put_writes(
         where,
         lambda: _writes_statement(ctx, where, stored),
         lambda: pack_writes_entry(where, stored),
-        lambda token, ttl, version, journal: _writes_hot(
-            keys, where, stored, token, ttl, version, journal
+        lambda token, ttl, row, journal: _writes_hot(
+            keys, where, stored, token, ttl, int(row["version"]) if row else 0, journal
         ),
     )
     return None

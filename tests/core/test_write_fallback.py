@@ -41,7 +41,7 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     script = Script([
         (hot("intent", [keys.intents]), hot_down()),
         (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
-         [[{"version": 9}], None, None]),
+         [[{"version": 9, "head": "x"}], None, None]),
     ])
     config = script.run(op)
     assert script.done
@@ -65,7 +65,7 @@ def test_while_the_breaker_is_open_a_put_skips_redis_entirely(ctx: Context) -> N
     st = ctx.statements
     script = Script([
         (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
-         [[{"version": 9}], None, None]),
+         [[{"version": 9, "head": "x"}], None, None]),
     ])
     script.run(op)
     assert script.done
@@ -80,7 +80,7 @@ def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
     keys = ThreadKeys("t", THREAD)
     script = Script([
         (hot("intent", [keys.intents]), 1),
-        (cold(ctx.statements.put_checkpoint_sql), [[{"version": 7}]]),
+        (cold(ctx.statements.put_checkpoint_sql), [[{"version": 7, "head": checkpoint_id}]]),
         (hot("put", [keys.intents, keys.index(""), keys.blobs(""),
                      keys.checkpoint("", checkpoint_id), keys.registry, keys.unflushed,
                      keys.versions]), 1),
@@ -91,7 +91,7 @@ def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
     args = script.requests[2].args
     assert args[0] == token
     assert args[10] == 7, "the committed version"
-    assert args[11] == "0", "write-through checks the head in Postgres, not in Redis"
+    assert args[11] == "h", "committed as the namespace's head: Redis may start its index"
     assert args[12] == keys.version_field("")
     assert not ctx.breaker.is_open
 

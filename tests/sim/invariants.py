@@ -199,9 +199,9 @@ class Checker:
             prev = last.get(key)
             last[key] = r
             deletes = self._destroys(r.call.thread, ["delete"])
-            root = not r.call.parent_id or not prev.call.parent_id if prev else True
-            if r.call.fork or root or any(
-                    _overlaps(d, prev.start, r.end) for d in deletes):
+            if prev is None or r.call.fork or not r.call.parent_id or not prev.call.parent_id:
+                continue  # a fork asked for, or a root (roots are not serialized)
+            if any(_overlaps(d, prev.start, r.end) for d in deletes):
                 continue
             node, seen = r.call.checkpoint_id, 0
             while node and node != prev.call.checkpoint_id and seen < 10_000:
