@@ -34,12 +34,14 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redact, redis_client
+from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
 from langgraph_durable._core import migrate
 from langgraph_durable._core.inspect import thread_summaries
-from langgraph_durable.config import SaverConfig
+from langgraph_durable.config import SaverConfig, mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -155,7 +157,7 @@ def _open(target: Target, *, need_schema: bool = True) -> Iterator[DurableSaver]
             latest = _latest_version(saver)
             if version == 0:
                 raise ConfigurationError(
-                    f"schema {saver.config.schema!r} at {redact(saver.config.postgres_url)} is "
+                    f"schema {saver.config.schema!r} at {mask_url(saver.config.postgres_url)} is "
                     f"not set up: run `langgraph-durable migrate --schema {saver.config.schema}`")
             if version > latest:
                 raise SchemaVersionError(
@@ -219,7 +221,7 @@ def threads(
         unflushed = saver.health()["flush"]["unflushed"]
         caption = (f"{len(rows)} of {total} threads · schema {schema} · prefix {prefix} · "
                    f"unflushed journal entries: {unflushed}")
-        console.print(views.threads_table(f"threads in {redact(saver.config.postgres_url)}",
+        console.print(views.threads_table(f"threads in {mask_url(saver.config.postgres_url)}",
                                           rows, caption))
 
 

@@ -41,10 +41,12 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, redact, redis_client
+from langgraph_durable._cli.probes import HotView, redis_client
+from langgraph_durable.config import mask_url
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
 from langgraph_durable.tools import current_idempotency_key, durable_tool
@@ -254,8 +256,9 @@ def run_demo(console: Console, target: Target, *, embedded_dir: Path | None,
         "before the step finished; a new process resumes the thread from its checkpoint.",
     ])))
     where = "embedded servers in " + str(embedded_dir) if embedded_dir else "your servers"
-    console.print(f"servers: {where}\n  redis    {redact(str(target.redis_url))}\n"
-                  f"  postgres {redact(str(target.postgres_url))}\n"
+    console.print(f"servers: {escape(where)}\n"
+                  f"  redis    {escape(mask_url(str(target.redis_url)))}\n"
+                  f"  postgres {escape(mask_url(str(target.postgres_url)))}\n"
                   f"  schema {target.schema!r}, key prefix {target.prefix!r}, thread {thread_id!r}")
     saver = target.saver()
     try:

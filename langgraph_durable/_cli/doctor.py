@@ -12,12 +12,11 @@ from langgraph_durable._cli.probes import (
     RedisFacts,
     probe_postgres,
     probe_redis,
-    redact,
     redis_client,
 )
-from langgraph_durable._cli.views import Check, Status
+from langgraph_durable._cli.views import Check
 from langgraph_durable._core import migrate
-from langgraph_durable.config import SaverConfig
+from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 from langgraph_durable.saver import DurableSaver
 
@@ -40,7 +39,7 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
     try:
         facts = probe_redis(config.redis_url)
         checks.append(Check("redis", "ok", f"{facts.server} ({facts.mode}) at "
-                            f"{redact(config.redis_url)}"))
+                            f"{mask_url(config.redis_url)}"))
     except TierUnavailableError as exc:
         checks.append(Check("redis", "fail", str(exc)))
         code = EXIT_UNAVAILABLE
@@ -48,7 +47,7 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
     try:
         version = probe_postgres(config.postgres_url)
         checks.append(Check("postgres", "ok", f"PostgreSQL {version} at "
-                            f"{redact(config.postgres_url)}"))
+                            f"{mask_url(config.postgres_url)}"))
         postgres_up = True
     except TierUnavailableError as exc:
         checks.append(Check("postgres", "fail", str(exc)))
