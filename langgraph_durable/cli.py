@@ -63,10 +63,10 @@ embedded_app = typer.Typer(help="Real PostgreSQL and Valkey servers from PyPI wh
                            no_args_is_help=True)
 app.add_typer(embedded_app, name="embedded")
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+console = Console(highlight=False, emoji=False)
+errors = Console(stderr=True, highlight=False, emoji=False)
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_WARNINGS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
 RedisUrl = Annotated[str | None, typer.Option(
     "--redis-url", envvar="LGD_REDIS_URL", show_envvar=True,
@@ -123,7 +123,7 @@ class Target:
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -177,7 +177,7 @@ def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
     try:
         probe_redis(saver.config.redis_url)
     except TierUnavailableError as exc:
-        errors.print(f"[yellow]warning:[/] {exc}; Redis columns show '?'")
+        errors.print(f"[yellow]warning:[/] {escape(str(exc))}; Redis columns show '?'")
         yield None
         return
     client = redis_client(saver.config.redis_url)
@@ -202,8 +202,9 @@ def _root(
 ) -> None:
     """Inspect and operate langgraph-durable checkpoints (Redis hot tier over Postgres)."""
     global console, errors
-    console = Console(highlight=False)  # made per run: picks up COLUMNS and redirections
-    errors = Console(stderr=True, highlight=False)
+    # Made per run: picks up COLUMNS and redirections.
+    console = Console(highlight=False, emoji=False)
+    errors = Console(stderr=True, highlight=False, emoji=False)
     if verbose:
         log_to_stderr(logging.INFO)
 
@@ -237,7 +238,8 @@ def history(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         with _hot_view(saver) as hot:
             rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
-        console.print(views.history_table(f"history of thread {thread!r}", rows))
+        console.print(views.history_table(f"history of thread {thread!r}", rows,
+                                          width=console.width))
 
 
 @app.command()
@@ -360,7 +362,7 @@ def prune(
             console.print(
                 f"{thread}: {old.checkpoints if old else 0} → {new.checkpoints if new else 0} "
                 f"checkpoints, {views.human_bytes(old.bytes if old else 0)} → "
-                f"{views.human_bytes(new.bytes if new else 0)}")
+                f"{views.human_bytes(new.bytes if new else 0)}", markup=False)
 
 
 @app.command()
@@ -407,7 +409,7 @@ def demo(
             from langgraph_durable.embedded import start_embedded
 
             folder = data_dir or default_data_dir()
-            with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+            with console.status(_starting(folder)):
                 servers = start_embedded(folder)
             with servers:
                 target = replace(target, redis_url=servers.redis_url,
@@ -417,6 +419,10 @@ def demo(
             ok = run_demo(console, target, embedded_dir=None, slow=slow)
     if not ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _starting(folder: Path) -> str:
+    return f"starting embedded PostgreSQL and Valkey in {escape(str(folder))}…"
 
 
 def default_data_dir() -> Path:
@@ -439,7 +445,7 @@ def embedded_up(data_dir: DataDir = None) -> None:
     folder = data_dir or default_data_dir()
     stop = threading.Event()
     with _failures():
-        with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+        with console.status(_starting(folder)):
             started = time.monotonic()
             servers = start_embedded(folder)
         with servers:

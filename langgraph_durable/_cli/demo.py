@@ -191,7 +191,7 @@ class _Worker:
                 return True
             if line is None:
                 return False
-            console.print(f"  [dim]{label} │[/] {line}")
+            console.print(f"  [dim]{label} │[/] {escape(line)}")
 
     def stderr_tail(self, lines: int = 15) -> str:
         text = self.log.read_text(errors="replace").splitlines()
@@ -311,7 +311,8 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
     finally:
         client.close()
     console.print(views.history_table(f"history of thread {thread_id!r}", rows,
-                                      {resumed_from: "◀ resumed from"}, compact=True))
+                                      {resumed_from: "◀ resumed from"}, compact=True,
+                                      width=console.width))
     records = [r for r in ledger.list(thread_id) if r.tool == "charge_card"]
     console.print(views.ledger_table("the tool ledger", ledger.list(thread_id)))
     charges = _statement(bank)
