@@ -16,13 +16,14 @@ pick the saver's tables and keys.
 
 Exit codes: 0 success; 1 the command failed (no such thread, a demo check failed);
 2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
-130 interrupted.
+4 ``doctor``'s checks passed with warnings; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import threading
 import time
@@ -211,7 +212,7 @@ def _root(
 
 @app.command()
 def threads(
-    limit: Annotated[int, typer.Option(help="Show at most this many threads.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many threads.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -230,7 +231,8 @@ def threads(
 def history(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
     ns: Namespace = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many checkpoints.")] = 50,
+    limit: Annotated[int, typer.Option(
+        min=1, help="Show at most this many checkpoints.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -370,7 +372,10 @@ def doctor(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Check connectivity, server versions, Redis persistence, schema version and flush lag."""
+    """Check connectivity, server versions, Redis persistence, schema version and flush lag.
+
+    Exits 0 when every check passed, 4 when some only warned, 2 or 3 when one failed.
+    """
     from langgraph_durable._cli.doctor import run_checks
 
     checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
@@ -378,10 +383,14 @@ def doctor(
     problems = [c for c in checks if c.status == "fail"]
     warnings = [c for c in checks if c.status == "warn"]
     if problems:
-        errors.print(f"[bold red]error:[/] {problems[0].detail}", soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {escape(problems[0].detail)}", soft_wrap=True)
         raise typer.Exit(code)
-    console.print("[green]all checks passed[/]" + (
-        f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else ""))
+    if warnings:
+        names = ", ".join(c.name for c in warnings)
+        console.print(f"[yellow]checks passed with {len(warnings)} "
+                      f"warning{'s' * (len(warnings) != 1)}[/] ({names})")
+        raise typer.Exit(EXIT_WARNINGS)
+    console.print("[green]all checks passed[/]")
 
 
 @app.command()
@@ -449,16 +458,13 @@ def embedded_up(data_dir: DataDir = None) -> None:
             started = time.monotonic()
             servers = start_embedded(folder)
         with servers:
-            console.print(views.note("embedded servers are up", "\n".join([
-                f"data      {folder}",
-                f"redis     {servers.redis_url}",
-                f"postgres  {servers.postgres_url}",
-                f"started in {time.monotonic() - started:.2f}s; Ctrl-C stops both",
-                "",
-                "in another shell:",
-                f"  export LGD_REDIS_URL='{servers.redis_url}'",
-                f"  export LGD_POSTGRES_URL='{servers.postgres_url}'",
-            ]), style="green"))
+            console.print(f"[green]embedded servers are up[/] in {escape(str(folder))} "
+                          f"(started in {time.monotonic() - started:.2f}s; Ctrl-C stops both)")
+            console.print("# in another shell:")
+            # Plain lines, never wrapped or boxed, so that they can be copied as they are.
+            for name, url in (("LGD_REDIS_URL", servers.redis_url),
+                              ("LGD_POSTGRES_URL", servers.postgres_url)):
+                console.print(Text(f"export {name}={shlex.quote(url)}"), soft_wrap=True)
 
             def _stop(signum: int, frame: Any) -> None:
                 stop.set()
