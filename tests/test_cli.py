@@ -392,15 +392,23 @@ def test_python_dash_m_runs_the_cli() -> None:
 def test_demo_kills_the_worker_and_the_card_is_charged_once(
         namespace: tuple[str, str]) -> None:
     """The demo (on the test servers) kills its worker with SIGKILL after the charge,
-    resumes in a new process, and its own checks pass: one charge, one ledger attempt."""
+    resumes in a new process, and its own checks pass: one charge, one ledger attempt.
+    At 80 columns its proof keeps the history's columns and prints the commands to
+    explore the thread as whole lines."""
     schema, prefix = namespace
     result = run_module("demo", "--schema", schema, "--prefix", prefix, "--slow", "2",
-                        env={"LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL},
+                        env={"LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL,
+                             "COLUMNS": "80"},
                         timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SIGKILL" in result.stdout
     assert "the card was charged once, by the worker that was killed" in result.stdout
     assert "✘" not in result.stdout
+    assert re.search(r"┃ step ┃ checkpoint ┃ source ┃ time +┃ +added ┃", result.stdout)
+    assert "◀ resumed from" in result.stdout
+    for command in ("history", "ledger"):
+        assert re.search(rf"^  langgraph-durable {command} order-\w+ --schema {schema} "
+                         rf"--prefix {prefix}$", result.stdout, re.M), result.stdout
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from langgraph_durable._cli import queries, views
 from langgraph_durable._cli.probes import HotView, redis_client
@@ -334,20 +335,22 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
     console.print(views.note("final answer", answer or "(none)", style="green"))
     ok = all(v for v, _ in verdicts)
     flags = f"--schema {target.schema} --prefix {target.prefix}"
-    explore = [f"Explore it: langgraph-durable history {thread_id} {flags}",
-               f"            langgraph-durable ledger {thread_id} {flags}"]
-    if str(target.redis_url).startswith("unix://"):
-        explore.append("(embedded servers: run `langgraph-durable embedded up` and export the "
-                       "URLs it prints first)")
     console.print(views.note("verdict", Group(
         *(f"[{'green' if v else 'red'}]{'✔' if v else '✘'}[/] {text}" for v, text in verdicts),
         "",
         "The resumed run executed the tools step again: estimate_delivery ran a second time, "
         "charge_card was answered from the ledger. Without the ledger, the card would have "
         "been charged twice.",
-        "",
-        *explore,
     ), style="green" if ok else "red"))
+    # Commands as plain lines, never wrapped or boxed, so that they can be copied.
+    if str(target.redis_url).startswith("unix://"):
+        console.print("Explore it (embedded servers: run `langgraph-durable embedded up` and "
+                      "export the URLs it prints first):", markup=False)
+    else:
+        console.print("Explore it:")
+    for command in ("history", "ledger"):
+        console.print(Text(f"  langgraph-durable {command} {thread_id} {flags}"),
+                      soft_wrap=True)
     return ok
 
 
