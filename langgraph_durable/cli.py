@@ -16,13 +16,14 @@ pick the saver's tables and keys.
 
 Exit codes: 0 success; 1 the command failed (no such thread, a demo check failed);
 2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
-130 interrupted.
+4 ``doctor``'s checks passed with warnings; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import threading
 import time
@@ -34,10 +35,13 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redact, redis_client
+from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
 from langgraph_durable._cli.target import Target
+from langgraph_durable.config import mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -59,10 +63,10 @@ embedded_app = typer.Typer(help="Real PostgreSQL and Valkey servers from PyPI wh
                            no_args_is_help=True)
 app.add_typer(embedded_app, name="embedded")
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+console = Console(highlight=False, emoji=False)
+errors = Console(stderr=True, highlight=False, emoji=False)
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_WARNINGS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
 RedisUrl = Annotated[str | None, typer.Option(
     "--redis-url", envvar="LGD_REDIS_URL", show_envvar=True,
@@ -88,7 +92,7 @@ DataDir = Annotated[Path | None, typer.Option(
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -122,7 +126,7 @@ def _open(target: Target, *, need_schema: bool = True) -> Iterator[DurableSaver]
             latest = _latest_version(saver)
             if version == 0:
                 raise ConfigurationError(
-                    f"schema {saver.config.schema!r} at {redact(saver.config.postgres_url)} is "
+                    f"schema {saver.config.schema!r} at {mask_url(saver.config.postgres_url)} is "
                     f"not set up: run `langgraph-durable migrate --schema {saver.config.schema}`")
             if version > latest:
                 raise SchemaVersionError(
@@ -142,7 +146,7 @@ def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
     try:
         probe_redis(saver.config.redis_url)
     except TierUnavailableError as exc:
-        errors.print(f"[yellow]warning:[/] {exc}; Redis columns show '?'")
+        errors.print(f"[yellow]warning:[/] {escape(str(exc))}; Redis columns show '?'")
         yield None
         return
     client = redis_client(saver.config.redis_url)
@@ -167,15 +171,16 @@ def _root(
 ) -> None:
     """Inspect and operate langgraph-durable checkpoints (Redis hot tier over Postgres)."""
     global console, errors
-    console = Console(highlight=False)  # made per run: picks up COLUMNS and redirections
-    errors = Console(stderr=True, highlight=False)
+    # Made per run: picks up COLUMNS and redirections.
+    console = Console(highlight=False, emoji=False)
+    errors = Console(stderr=True, highlight=False, emoji=False)
     if verbose:
         log_to_stderr(logging.INFO)
 
 
 @app.command()
 def threads(
-    limit: Annotated[int, typer.Option(help="Show at most this many threads.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many threads.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -186,7 +191,7 @@ def threads(
         unflushed = saver.health()["flush"]["unflushed"]
         caption = (f"{len(rows)} of {total} threads · schema {schema} · prefix {prefix} · "
                    f"unflushed journal entries: {unflushed}")
-        console.print(views.threads_table(f"threads in {redact(saver.config.postgres_url)}",
+        console.print(views.threads_table(f"threads in {mask_url(saver.config.postgres_url)}",
                                           rows, caption))
 
 
@@ -194,7 +199,8 @@ def threads(
 def history(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
     ns: Namespace = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many checkpoints.")] = 50,
+    limit: Annotated[int, typer.Option(
+        min=1, help="Show at most this many checkpoints.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -202,7 +208,8 @@ def history(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         with _hot_view(saver) as hot:
             rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
-        console.print(views.history_table(f"history of thread {thread!r}", rows))
+        console.print(views.history_table(f"history of thread {thread!r}", rows,
+                                          width=console.width))
 
 
 @app.command()
@@ -325,7 +332,7 @@ def prune(
             console.print(
                 f"{thread}: {old.checkpoints if old else 0} → {new.checkpoints if new else 0} "
                 f"checkpoints, {views.human_bytes(old.bytes if old else 0)} → "
-                f"{views.human_bytes(new.bytes if new else 0)}")
+                f"{views.human_bytes(new.bytes if new else 0)}", markup=False)
 
 
 @app.command()
@@ -333,7 +340,10 @@ def doctor(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Check connectivity, server versions, Redis persistence, schema version and flush lag."""
+    """Check connectivity, server versions, Redis persistence, schema version and flush lag.
+
+    Exits 0 when every check passed, 4 when some only warned, 2 or 3 when one failed.
+    """
     from langgraph_durable._cli.doctor import run_checks
 
     checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
@@ -341,10 +351,14 @@ def doctor(
     problems = [c for c in checks if c.status == "fail"]
     warnings = [c for c in checks if c.status == "warn"]
     if problems:
-        errors.print(f"[bold red]error:[/] {problems[0].detail}", soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {escape(problems[0].detail)}", soft_wrap=True)
         raise typer.Exit(code)
-    console.print("[green]all checks passed[/]" + (
-        f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else ""))
+    if warnings:
+        names = ", ".join(c.name for c in warnings)
+        console.print(f"[yellow]checks passed with {len(warnings)} "
+                      f"warning{'s' * (len(warnings) != 1)}[/] ({names})")
+        raise typer.Exit(EXIT_WARNINGS)
+    console.print("[green]all checks passed[/]")
 
 
 @app.command()
@@ -372,7 +386,7 @@ def demo(
             from langgraph_durable.embedded import start_embedded
 
             folder = data_dir or default_data_dir()
-            with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+            with console.status(_starting(folder)):
                 servers = start_embedded(folder)
             with servers:
                 target = replace(target, redis_url=servers.redis_url,
@@ -382,6 +396,10 @@ def demo(
             ok = run_demo(console, target, embedded_dir=None, slow=slow)
     if not ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _starting(folder: Path) -> str:
+    return f"starting embedded PostgreSQL and Valkey in {escape(str(folder))}…"
 
 
 def default_data_dir() -> Path:
@@ -404,20 +422,17 @@ def embedded_up(data_dir: DataDir = None) -> None:
     folder = data_dir or default_data_dir()
     stop = threading.Event()
     with _failures():
-        with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+        with console.status(_starting(folder)):
             started = time.monotonic()
             servers = start_embedded(folder)
         with servers:
-            console.print(views.note("embedded servers are up", "\n".join([
-                f"data      {folder}",
-                f"redis     {servers.redis_url}",
-                f"postgres  {servers.postgres_url}",
-                f"started in {time.monotonic() - started:.2f}s; Ctrl-C stops both",
-                "",
-                "in another shell:",
-                f"  export LGD_REDIS_URL='{servers.redis_url}'",
-                f"  export LGD_POSTGRES_URL='{servers.postgres_url}'",
-            ]), style="green"))
+            console.print(f"[green]embedded servers are up[/] in {escape(str(folder))} "
+                          f"(started in {time.monotonic() - started:.2f}s; Ctrl-C stops both)")
+            console.print("# in another shell:")
+            # Plain lines, never wrapped or boxed, so that they can be copied as they are.
+            for name, url in (("LGD_REDIS_URL", servers.redis_url),
+                              ("LGD_POSTGRES_URL", servers.postgres_url)):
+                console.print(Text(f"export {name}={shlex.quote(url)}"), soft_wrap=True)
 
             def _stop(signum: int, frame: Any) -> None:
                 stop.set()

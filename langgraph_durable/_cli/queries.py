@@ -95,7 +95,7 @@ def history_rows(saver: DurableSaver, hot: HotView | None, thread_id: str, *,
         rows.append(HistoryRow(
             checkpoint_id=key[1], checkpoint_ns=key[0], step=meta.get("step", "?"),
             source=str(meta.get("source", "?")), updated=", ".join(sorted(updated)) or "—",
-            time=when(tup.checkpoint.get("ts")), added_bytes=sizes.get(key),
+            time=when(tup.checkpoint.get("ts"), short=True), added_bytes=sizes.get(key),
             pending_writes=len(tup.pending_writes or []), interrupts=len(interrupts_of(tup)),
             hot=None if found is None else key in hot_ids,
         ))
