@@ -95,6 +95,11 @@ class Env:
     def schema(self) -> str:
         return self.configs["through"].schema
 
+    def forget_marks(self) -> None:
+        """Delete the stale marks earlier seeds left, so a seed's polls see only its own
+        (and replay identically)."""
+        self.pg.execute(f'DELETE FROM "{self.schema}".lgd_hot_marks')
+
     def clear_hot(self) -> None:
         """Delete every key under the prefix (SCAN, never a FLUSHALL)."""
         keys = list(self.redis.scan_iter(match=f"{self.prefix}*", count=1000))
