@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from langgraph_durable._core import journal
 from langgraph_durable.config import seconds
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import DurableError, TierUnavailableError
 
 if TYPE_CHECKING:
     from langgraph_durable.saver import DurableSaver
@@ -89,7 +89,7 @@ def run_flusher(
 
         signal.signal(signal.SIGTERM, _handler)
         signal.signal(signal.SIGINT, _handler)
-    moved = drain(saver)
+    moved = 0 if follow else drain(saver)
     interval = seconds(saver.config.flush_interval)
     while follow and not stop.is_set():
         try:
@@ -97,6 +97,10 @@ def run_flusher(
         except TierUnavailableError as exc:
             logger.warning("flusher: %s", exc)
             stop.wait(1.0)
+            continue
+        except DurableError:  # e.g. a schema not set up: say so, keep the worker up
+            logger.exception("flusher: cannot flush; retrying")
+            stop.wait(5.0)
             continue
         stop.wait(interval)
     return moved
@@ -106,8 +110,7 @@ def wait_until_flushed(saver: DurableSaver, timeout: float) -> bool:
     """Poll until the journal is empty (another flusher may be draining it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _, _, length = saver._run(journal.journal_state(saver._ctx))
-        if length == 0:
+        if saver._run(journal.journal_state(saver._ctx)).length == 0:
             return True
         time.sleep(0.01)
     return False

@@ -35,7 +35,7 @@ from langgraph_durable._core.requests import Breaker, Context, MarkClock, Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import DurableError, TierUnavailableError
 from langgraph_durable.flusher import BackgroundFlusher
 
 if TYPE_CHECKING:
@@ -235,6 +235,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 logger.warning(
                     "close: acknowledged writes left in Redis for a later flusher: %s", exc
                 )
+        if self._sync is not None:
+            self._leave_journal()
         if self._ledger is not None:
             self._ledger.close()
         with self._lock:
@@ -245,12 +247,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if servers is not None:
             servers.stop()
 
+    def _leave_journal(self) -> None:
+        """Take this saver's consumer out of the journal's group (when it holds nothing)."""
+        try:
+            self._run(hot.try_hot(self._ctx, journal.leave_request(self._ctx)))
+        except DurableError as exc:
+            logger.debug("close: consumer left in the journal's group: %s", exc)
+
     async def aclose(self) -> None:
         """Close the current event loop's clients (and the blocking ones, after the
         flusher's final drain)."""
         loop = asyncio.get_running_loop()
         tiers = self._aio.pop(loop, None)
         if tiers is not None:
+            if self._sync is None:
+                try:
+                    await tiers.run(hot.try_hot(self._ctx, journal.leave_request(self._ctx)))
+                except DurableError as exc:
+                    logger.debug("close: consumer left in the journal's group: %s", exc)
             await tiers.close()
         if self._sync is not None or self._flusher is not None:
             await asyncio.to_thread(self.close)

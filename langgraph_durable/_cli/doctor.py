@@ -24,7 +24,7 @@ from langgraph_durable.saver import DurableSaver
 if TYPE_CHECKING:
     from langgraph_durable.cli import Target
 
-EXIT_CONFIG, EXIT_UNAVAILABLE = 2, 3
+EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE = 1, 2, 3
 
 
 def run_checks(target: Target) -> tuple[list[Check], int]:
@@ -70,6 +70,8 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
             code = code or EXIT_CONFIG
         if ready and facts is not None:
             checks += _health_checks(saver)
+            if any(c.status == "fail" for c in checks):
+                code = code or EXIT_FAILED
     finally:
         saver.close()
     return checks, code
@@ -161,6 +163,12 @@ def _health_checks(saver: DurableSaver) -> list[Check]:
                             f"oldest unflushed write {lag_text} old; {unflushed} entries waiting"
                             + (" (is a flusher running? `langgraph-durable flush --follow`)"
                                if status == "warn" else "")))
+    dead = flush.get("dead_letters", 0)
+    if dead:
+        checks.append(Check("dead letters", "fail",
+                            f"{dead} write-behind journal entries were rejected by Postgres and "
+                            "wait in the dead letters: `langgraph-durable dead-letters list` "
+                            "(see docs/failure-model.md)"))
     latency: Mapping[str, Any] = report.get("latency_ms", {})
     if latency:
         parts = [f"{k.replace('_', ' ')} {v:.1f}ms" for k, v in latency.items()
