@@ -334,7 +334,8 @@ def _dead_letter_command(action: str, summary: str) -> Any:
     """The ``dead-letters retry`` / ``drop`` command (they differ in the action alone)."""
 
     def command(
-        letter_id: Annotated[str, typer.Argument(metavar="ID", help="Dead letter id.")],
+        letter_ids: Annotated[list[str], typer.Argument(
+            metavar="ID...", help="Dead letter ids, or 'all'.")],
         redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
         schema: Schema = "public", prefix: Prefix = "lgd",
     ) -> None:
@@ -342,16 +343,19 @@ def _dead_letter_command(action: str, summary: str) -> Any:
 
         target = _target(redis_url, postgres_url, schema, prefix)
         with _failures(), _open(target) as saver:
-            console.print(dead_letters.resolve(saver, letter_id, action))
+            if letter_ids == ["all"]:
+                letter_ids = [letter.id for letter in dead_letters.letters(saver, 100_000)]
+            for letter_id in letter_ids:
+                console.print(dead_letters.resolve(saver, letter_id, action))
 
     command.__doc__ = summary
     return command
 
 
 dead_letters_app.command("retry")(_dead_letter_command(
-    "retry", "Put a dead letter back on the journal, once what Postgres rejected was fixed."))
+    "retry", "Put dead letters back on the journal, once what Postgres rejected was fixed."))
 dead_letters_app.command("drop")(_dead_letter_command(
-    "drop", "Delete a dead letter for good (its checkpoint or writes never reach Postgres)."))
+    "drop", "Delete dead letters for good (their checkpoints or writes never reach Postgres)."))
 
 
 @app.command(name="migrate")
