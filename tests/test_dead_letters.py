@@ -3,6 +3,7 @@ every other entry keeps draining; operators see it (health, doctor) and retry or
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -99,18 +100,19 @@ def test_rejected_entries_become_dead_letters_and_the_rest_drains(
 
 
 def test_retry_after_the_cause_is_fixed_reaches_postgres(
-    make_saver: Any, cli: Callable[..., Result]
+    make_saver: Any, cli: Callable[..., Result], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The documented procedure: Postgres refuses a thread's rows (a constraint), the
     entry becomes a dead letter while other threads flush; after the constraint is
     dropped, `dead-letters retry ID` puts it back and the next flush stores it. An
-    unknown id is a one-line error; `drop` removes a letter for good."""
+    unknown id is a one-line error. The flusher logs a warning naming the entry."""
     saver = make_saver(flush_interval=IDLE)
     refused, other = f"refused-{uuid.uuid4()}", f"t-{uuid.uuid4()}"
-    with _refusing(saver, refused):
+    with _refusing(saver, refused), caplog.at_level(logging.WARNING, "langgraph_durable"):
         put_value(saver, refused, refused)
         put_value(saver, other, other)
         saver.flush()
+        assert "moved to the dead letters" in caplog.text and refused in caplog.text
         assert cold_checkpoints(saver.config.schema, other) == 1
         assert cold_checkpoints(saver.config.schema, refused) == 0
         put_value(saver, other, other)  # the thread keeps taking writes, and they keep draining

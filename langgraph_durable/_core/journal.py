@@ -15,6 +15,7 @@ goes on to Postgres. An entry that cannot even be decoded goes there too.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWr
 from langgraph_durable._core.requests import Cold, Context, Hot, Op, Pause, Statement
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import WriteRejectedError
+
+logger = logging.getLogger("langgraph_durable")
 
 GROUP = "flushers"
 # A consumer of the group idle this many times `reclaim_after` with no entry pending
@@ -347,6 +350,13 @@ def flush_batch(ctx: Context) -> Op[int]:
         keys = ThreadKeys(prefix, row["thread_id"])
         ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
     yield Hot("flush_ack", [journal, dead_letter_key(prefix), journal_bytes_key(prefix)], ack)
+    for entry_id, reason in rejected:
+        logger.warning(
+            "flush: journal entry %s moved to the dead letters (`langgraph-durable "
+            "dead-letters list`): %s",
+            entry_id,
+            reason,
+        )
     return len(entries)
 
 
