@@ -34,7 +34,7 @@ from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import DurableError, TierUnavailableError
 from langgraph_durable.flusher import BackgroundFlusher
 from langgraph_durable.ledger import Ledger
 
@@ -191,15 +191,29 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 logger.warning(
                     "close: acknowledged writes left in Redis for a later flusher: %s", exc
                 )
+        if self.engine.has_blocking_clients:
+            self._leave_journal()
         self.engine.close()
         with self._lock:
             callbacks, self._on_close = self._on_close, []
         for callback in reversed(callbacks):
             callback()
 
+    def _leave_journal(self) -> None:
+        """Take this saver's consumer out of the journal's group (when it holds nothing)."""
+        try:
+            self.engine.run(hot.try_hot(self._ctx, journal.leave_request(self._ctx)))
+        except DurableError as exc:
+            logger.debug("close: consumer left in the journal's group: %s", exc)
+
     async def aclose(self) -> None:
         """Close the current event loop's clients (and the blocking ones, after the
         flusher's final drain)."""
+        if not self.engine.has_blocking_clients:
+            try:
+                await self.engine.arun(hot.try_hot(self._ctx, journal.leave_request(self._ctx)))
+            except DurableError as exc:
+                logger.debug("close: consumer left in the journal's group: %s", exc)
         await self.engine.aclose()
         if self.engine.has_blocking_clients or self._flusher is not None or self._on_close:
             await asyncio.to_thread(self.close)

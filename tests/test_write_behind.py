@@ -6,7 +6,6 @@ import threading
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
 import redis
 
@@ -14,20 +13,12 @@ from langgraph_durable import DurableSaver
 from langgraph_durable._core import journal
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable.flusher import run_flusher
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints
 from tests.graphs import chat_graph
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 
 IDLE = 3600.0  # a flush interval that keeps the in-process flusher from draining
-
-
-def _cold_count(saver: DurableSaver, thread: str) -> int:
-    with psycopg.connect(POSTGRES_URL) as conn:
-        row = conn.execute(f'SELECT count(*) FROM "{saver.config.schema}".lgd_checkpoints '
-                           "WHERE thread_id = %s", (thread,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _run(saver: DurableSaver, turns: int = 2) -> dict[str, Any]:
@@ -43,10 +34,10 @@ def test_flush_moves_every_acknowledged_checkpoint(make_saver: Any) -> None:
     saver = make_saver(flush_interval=IDLE)
     config = _run(saver)
     thread = config["configurable"]["thread_id"]
-    assert _cold_count(saver, thread) == 0
+    assert cold_checkpoints(saver.config.schema, thread) == 0
     assert saver.health()["flush"]["unflushed"] > 0
     saver.flush()
-    assert _cold_count(saver, thread) == 10  # 5 checkpoints a turn
+    assert cold_checkpoints(saver.config.schema, thread) == 10  # 5 checkpoints a turn
     assert saver.health()["flush"]["unflushed"] == 0
 
 
@@ -57,7 +48,7 @@ def test_background_flusher_drains_within_its_interval(make_saver: Any) -> None:
     from langgraph_durable.flusher import wait_until_flushed
 
     assert wait_until_flushed(saver, timeout=10)
-    assert _cold_count(saver, config["configurable"]["thread_id"]) == 10
+    assert cold_checkpoints(saver.config.schema, config["configurable"]["thread_id"]) == 10
 
 
 def test_other_process_reads_unflushed_state(make_saver: Any) -> None:
@@ -102,7 +93,7 @@ def test_latest_policy_keeps_newest_checkpoint_per_batch(make_saver: Any) -> Non
     saver = make_saver(flush_interval=IDLE, flush_policy="latest")
     config = _run(saver, turns=2)
     saver.flush()
-    assert _cold_count(saver, config["configurable"]["thread_id"]) == 1
+    assert cold_checkpoints(saver.config.schema, config["configurable"]["thread_id"]) == 1
     cold_reader = DurableSaver(REDIS_URL, POSTGRES_URL, schema=saver.config.schema,
                                key_prefix=f"{saver.config.key_prefix}-cold")
     try:
@@ -133,7 +124,7 @@ def test_concurrent_flushers_lose_nothing(make_saver: Any) -> None:
     worker.join()
     assert len(configs) == 12
     for config in configs:
-        assert _cold_count(savers[0], config["configurable"]["thread_id"]) == 15
+        assert cold_checkpoints(savers[0].config.schema, config["configurable"]["thread_id"]) == 15
     client = redis.Redis.from_url(REDIS_URL)
     assert client.xlen(journal_key(savers[0].config.key_prefix)) == 0
     client.close()
@@ -152,7 +143,7 @@ def test_dead_flushers_batch_is_reclaimed(make_saver: Any) -> None:
 
     time.sleep(0.3)
     saver.flush(timeout=10)
-    assert _cold_count(saver, config["configurable"]["thread_id"]) == 5
+    assert cold_checkpoints(saver.config.schema, config["configurable"]["thread_id"]) == 5
 
 
 def _no_effect(request: object) -> None:

@@ -24,8 +24,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core.codec import FrameError, decode_frame, dumps_metadata, encode_frame
-from langgraph_durable._core.keys import blob_field, check_text
+from langgraph_durable._core.codec import (
+    FrameError,
+    decode_frame,
+    dumps_metadata,
+    encode_frame,
+    unstorable_json,
+)
+from langgraph_durable._core.keys import MAX_ID_BYTES, MAX_NAME_BYTES, blob_field, check_text
 from langgraph_durable.errors import ConfigurationError, CorruptStateError, SerializationError
 
 # Configurable key a read of the latest checkpoint leaves in the config it returns, set to
@@ -66,11 +72,11 @@ def locate(config: RunnableConfig | None, *, need_id: bool = False) -> Location:
             "config has no configurable.thread_id: pass "
             '{"configurable": {"thread_id": "..."}} to invoke/stream/get_state'
         )
-    thread_id = check_text(configurable["thread_id"], "thread_id")
-    ns = check_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns")
+    thread_id = check_text(configurable["thread_id"], "thread_id", MAX_ID_BYTES)
+    ns = check_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns", MAX_ID_BYTES)
     checkpoint_id = configurable.get("checkpoint_id")
     if checkpoint_id is not None:
-        checkpoint_id = check_text(checkpoint_id, "checkpoint_id")
+        checkpoint_id = check_text(checkpoint_id, "checkpoint_id", MAX_NAME_BYTES)
     elif need_id:
         raise ConfigurationError("config has no configurable.checkpoint_id")
     return Location(thread_id, ns, checkpoint_id)
@@ -145,18 +151,26 @@ def encode_checkpoint(
 ) -> StoredCheckpoint:
     """Encode a ``put``'s arguments; raises before any I/O if a value cannot be stored."""
     where = locate(config)
-    checkpoint_id = check_text(checkpoint["id"], "checkpoint id")
+    checkpoint_id = check_text(checkpoint["id"], "checkpoint id", MAX_NAME_BYTES)
     values: dict[str, Any] = checkpoint["channel_values"]
     body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     versions: ChannelVersions = checkpoint["channel_versions"]
-    for channel in versions:
-        check_text(channel, "channel name")
+    for channel, version in versions.items():
+        check_text(channel, "channel name", MAX_NAME_BYTES)
+        check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
     blobs = [
         (channel, str(version), _dump(serde, values[channel], where, checkpoint_id, channel))
         for channel, version in new_versions.items()
         if channel in values
     ]
     meta = get_serializable_checkpoint_metadata(config, metadata)
+    if problem := unstorable_json(meta, "metadata"):
+        raise SerializationError(
+            f"checkpoint metadata cannot be stored (Postgres jsonb refuses it): {problem}",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+        )
     try:
         metadata_json = dumps_metadata(meta)
     except (TypeError, ValueError) as exc:
@@ -171,7 +185,9 @@ def encode_checkpoint(
         where=where,
         checkpoint_id=checkpoint_id,
         parent_id=where.checkpoint_id,
-        run_id=str(run_id) if run_id is not None else None,
+        run_id=check_text(str(run_id), "metadata run_id", MAX_NAME_BYTES)
+        if run_id is not None
+        else None,
         frame=_dump(serde, body, where, checkpoint_id, None),
         metadata=metadata_json,
         channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),
@@ -192,14 +208,14 @@ def encode_writes(
     A special channel written twice in one call (two ``interrupt()`` in one node) keeps the
     last value, as LangGraph's own savers do.
     """
-    task_id = check_text(task_id, "task_id")
+    task_id = check_text(task_id, "task_id", MAX_NAME_BYTES)
     task_path = check_text(task_path, "task_path")
     by_idx: dict[int, StoredWrite] = {}
     for idx, (channel, value) in enumerate(writes):
         write = StoredWrite(
             task_id,
             WRITES_IDX_MAP.get(channel, idx),
-            check_text(channel, "channel name"),
+            check_text(channel, "channel name", MAX_NAME_BYTES),
             task_path,
             _dump(serde, value, where, where.checkpoint_id, channel),
         )

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
+import psycopg.errors
 import psycopg_pool
 import redis.exceptions
 from psycopg.rows import dict_row
@@ -15,7 +16,7 @@ from redis.retry import Retry
 
 from langgraph_durable._core import lua
 from langgraph_durable.config import SaverConfig, seconds
-from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
+from langgraph_durable.errors import SchemaVersionError, TierUnavailableError, WriteRejectedError
 
 # Answers a request that is not `Hot`, `Cold` or `Pause` (a tool effect); its return value
 # (awaited by the asyncio driver) is sent back into the operation, its error thrown in.
@@ -37,6 +38,9 @@ SCRIPTS = {
     "list_unflushed": lua.LIST_UNFLUSHED_SCRIPT,
     "marks": lua.MARKS_SCRIPT,
     "release": lua.RELEASE_SCRIPT,
+    "journal_leave": lua.JOURNAL_LEAVE_SCRIPT,
+    "dead_letters": lua.DEAD_LETTERS_SCRIPT,
+    "dead_letter": lua.DEAD_LETTER_SCRIPT,
 }
 
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
@@ -46,6 +50,13 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ResponseError,
+)
+# Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint
+# violations, 54 program limits such as the btree row size): no retry can succeed.
+REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,
 )
 COLD_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
@@ -98,6 +109,15 @@ def hot_unavailable(exc: Exception) -> TierUnavailableError | None:
 def cold_unavailable(exc: Exception) -> TierUnavailableError:
     """The public error for a Postgres failure."""
     error = TierUnavailableError(f"Postgres (cold tier) is unavailable: {exc}", tier="cold")
+    error.__cause__ = exc
+    return error
+
+
+def cold_rejected(exc: psycopg.Error) -> WriteRejectedError:
+    """The public error for a statement Postgres refused because of its content."""
+    error = WriteRejectedError(
+        f"Postgres (cold tier) rejected the write: {exc}", sqlstate=exc.sqlstate
+    )
     error.__cause__ = exc
     return error
 
