@@ -32,13 +32,13 @@ def test_a_backlog_of_large_entries_drains_in_byte_bounded_batches(make_saver: A
     threads = [f"big-{uuid.uuid4()}" for _ in range(12)]
     for thread in threads:
         put_value(saver, thread, os.urandom(8 * MB - 16 * 1024))  # 8 MB with its envelope
-    state = saver._run(journal.journal_state(saver._ctx))
+    state = saver.engine.run(journal.journal_state(saver.engine.context))
     assert state.length == 12 and 95 * MB < state.bytes <= 96 * MB
-    assert saver._run(journal.flush_batch(saver._ctx)) == 2
+    assert saver.engine.run(journal.flush_batch(saver.engine.context)) == 2
     started = time.monotonic()
     saver.flush()
     drained = time.monotonic() - started
-    state = saver._run(journal.journal_state(saver._ctx))
+    state = saver.engine.run(journal.journal_state(saver.engine.context))
     assert state.length == 0 and state.bytes == 0
     print(f"drained 10 x 8 MB in {drained:.2f}s")
     cold = DurableSaver(REDIS_URL, POSTGRES_URL, key_prefix=f"{saver.config.key_prefix}-cold",
@@ -57,7 +57,7 @@ def test_a_first_entry_larger_than_the_batch_cap_still_flushes(make_saver: Any) 
     thread = f"t-{uuid.uuid4()}"
     put_value(saver, thread, os.urandom(64 * 1024))
     put_value(saver, f"t-{uuid.uuid4()}", "small")
-    assert saver._run(journal.flush_batch(saver._ctx)) == 1
+    assert saver.engine.run(journal.flush_batch(saver.engine.context)) == 1
     saver.flush()
     assert saver.health()["flush"]["unflushed"] == 0
 
@@ -117,7 +117,7 @@ def test_closed_savers_leave_the_consumer_group(make_saver: Any, namespace: Any)
     sweeper = make_saver(flush_interval=IDLE, reclaim_after=0.02)
     time.sleep(0.3)
     sweeper.flush()  # reclaims the crashed flusher's entry, then finds nothing to do
-    sweeper._run(journal.flush_batch(sweeper._ctx))
+    sweeper.engine.run(journal.flush_batch(sweeper.engine.context))
     names = {c["name"] for c in _consumers(base)}
     assert "idle-saver" not in names and "crashed-flusher" not in names
 
@@ -135,7 +135,7 @@ def test_latest_policy_keeps_every_delta_channel_entry(namespace: Any, write_mod
         graph = delta_graph(saver)
         for _ in range(7):
             graph.invoke({"log": []}, config)
-        assert saver._run(journal.journal_state(saver._ctx)).length > 7
+        assert saver.engine.run(journal.journal_state(saver.engine.context)).length > 7
         saver.flush()
     drop_prefix(prefix)
     with DurableSaver(REDIS_URL, POSTGRES_URL, key_prefix=prefix, schema=schema) as saver:

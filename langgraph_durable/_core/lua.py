@@ -111,11 +111,14 @@ RELEASE_SCRIPT = """
 return redis.call('ZREM', KEYS[1], ARGV[1])
 """
 
-# Announce a write-through write before its Postgres transaction.
-# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms
+# Announce a write-through write before its Postgres transaction. The set outlives the
+# thread's other keys (ARGV[3] is longer than their TTL), so an intent whose writer died
+# after committing keeps readers on Postgres until a warm clears it.
+# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms (0: none)
 INTENT_SCRIPT = """
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3])
+else redis.call('PERSIST', KEYS[1]) end
 return 1
 """
 

@@ -190,14 +190,17 @@ class Sim:
         for _ in range(50):
             for i, ctx in enumerate(self.contexts):
                 self._call(i, ctx, Call("flush_batch", "", "", journal.flush_batch(ctx)))
-            if run(self.env.tiers, journal.journal_state(self.contexts[0]))[2] == 0:
+            if run(self.env.tiers, journal.journal_state(self.contexts[0])).length == 0:
                 return
         self.stuck = True
 
     def _quiesce(self) -> None:
-        """Intents expire; a fresh process reads every thread and namespace once."""
+        """Intents pass their deadline (a warm clears them); a fresh process reads every
+        thread and namespace once."""
         for thread in self.threads:
-            self.env.redis.delete(ThreadKeys(self.env.prefix, thread).intents)
+            intents = ThreadKeys(self.env.prefix, thread).intents
+            for token in self.env.redis.zrange(intents, 0, -1):
+                self.env.redis.zadd(intents, {token: 0})
         self.trace.append(f"{self.clock:4d} ---- quiesce: intents expired")
         ctx = self.reader()
         for where in self.places():

@@ -11,9 +11,10 @@ import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_durable._core import journal
+from langgraph_durable._core.context import Breaker, Context
 from langgraph_durable._core.journal import pack_checkpoint_entry
 from langgraph_durable._core.records import Location, StoredCheckpoint
-from langgraph_durable._core.requests import Breaker, Cold, Context, Hot, Pause
+from langgraph_durable._core.requests import Cold, Hot, Pause
 from langgraph_durable._core.sql import Statements
 from langgraph_durable._tiers import sync
 from langgraph_durable.config import SaverConfig
@@ -32,7 +33,7 @@ class ScriptedTiers:
 
     run = sync.Tiers.run  # the real driver loop, over the scripted `execute` below
 
-    def execute(self, request: Hot | Cold | Pause) -> Any:
+    def execute(self, request: Hot | Cold | Pause, effects: Any = None) -> Any:
         if isinstance(request, Hot):
             if request.script == "flush_read":
                 return self.raw
@@ -59,7 +60,7 @@ def _raw(threads: list[str]) -> list[Any]:
 def _ctx() -> Context:
     config = SaverConfig(write_mode="behind", key_prefix="p")
     return Context(config=config, statements=Statements("public"),
-                   serde=JsonPlusSerializer(), breaker=Breaker(1.0))
+                   serde=JsonPlusSerializer(), breaker=Breaker(1.0), consumer="c")
 
 
 @pytest.mark.parametrize("position", [0, 77, 255])
@@ -70,7 +71,7 @@ def test_one_rejected_entry_of_256_is_isolated_in_log_steps(position: int) -> No
     threads = [f"t{i}" for i in range(256)]
     tiers = ScriptedTiers(_raw(threads), threads[position],
                           WriteRejectedError("violates check constraint", sqlstate="23514"))
-    moved = tiers.run(journal.flush_batch(_ctx()))
+    moved = tiers.run(journal.flush_batch(_ctx()), None)
     assert moved == 256
     assert tiers.committed == set(threads) - {threads[position]}
     assert tiers.transactions <= 2 * math.log2(256) + 1
@@ -89,7 +90,7 @@ def test_an_outage_is_not_split_and_acknowledges_nothing() -> None:
     tiers = ScriptedTiers(_raw(threads), threads[3],
                           TierUnavailableError("Postgres (cold tier) is unavailable", tier="cold"))
     with pytest.raises(TierUnavailableError):
-        tiers.run(journal.flush_batch(_ctx()))
+        tiers.run(journal.flush_batch(_ctx()), None)
     assert tiers.transactions == 1 and tiers.ack is None
 
 
@@ -98,7 +99,7 @@ def test_an_undecodable_entry_is_rejected_without_a_transaction_of_its_own() -> 
     raw = _raw(["a", "b"])
     raw.insert(1, [b"1500-0", [b"d", ormsgpack.packb(["?", 1])]])
     tiers = ScriptedTiers(raw, "nobody", WriteRejectedError("unused"))
-    assert tiers.run(journal.flush_batch(_ctx())) == 3
+    assert tiers.run(journal.flush_batch(_ctx()), None) == 3
     assert tiers.transactions == 1 and tiers.committed == {"a", "b"}
     assert tiers.ack is not None and tiers.ack[3] == 1
     assert tiers.ack[4 + 5 * 3] == "1500-0"
