@@ -6,9 +6,9 @@ from typing import Any
 
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.writes import _keep_set
-from tests.core.script import Script, cold, hot
+from tests.core.script import Script, cold, empty_journal, hot
 
 
 def _row(cid: str, parent: str | None, *, thread: str = "t1", ns: str = "",
@@ -63,7 +63,7 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
     st = ctx.statements
     keys = ThreadKeys("t", "t1")
     script = Script([
-        (hot("journal_state", [journal_key("t")]), [b"", b"", 0]),
+        empty_journal("t"),
         (cold(st.prune_scan_sql), [[_row("c1", None, stored=["m"]),
                                     _row("c2", "c1", counters={"m": 1})]]),
         (hot("intent", [keys.intents]), 1),
