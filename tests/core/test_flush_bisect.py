@@ -14,16 +14,23 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.context import Breaker, Context
 from langgraph_durable._core.journal import pack_checkpoint_entry
 from langgraph_durable._core.records import Location, StoredCheckpoint
-from langgraph_durable._core.requests import Cold, Hot, Pause
+from langgraph_durable._core.requests import Cold, Hot
 from langgraph_durable._core.sql import Statements
 from langgraph_durable._tiers import sync
+from langgraph_durable._tiers.common import Effects
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import TierUnavailableError, WriteRejectedError
 
 
-class ScriptedTiers:
-    """Hands out one journal batch, refuses (or drops) any transaction touching ``bad``,
-    and records what was committed and acknowledged."""
+def no_effects(request: Any) -> Any:
+    """A flush yields storage requests only: any tool effect is a bug."""
+    raise AssertionError(f"a flush yielded a tool effect: {request!r}")
+
+
+class ScriptedTiers(sync.Tiers):
+    """The real driver loop (`sync.Tiers.run`) over a scripted ``execute``: hands out one
+    journal batch, refuses (or drops) any transaction touching ``bad``, and records what
+    was committed and acknowledged. No client is created."""
 
     def __init__(self, raw: list[Any], bad: str, error: Exception) -> None:
         self.raw, self.bad, self.error = raw, bad, error
@@ -31,9 +38,7 @@ class ScriptedTiers:
         self.committed: set[str] = set()
         self.ack: list[Any] | None = None
 
-    run = sync.Tiers.run  # the real driver loop, over the scripted `execute` below
-
-    def execute(self, request: Hot | Cold | Pause, effects: Any = None) -> Any:
+    def execute(self, request: Any, effects: Effects) -> Any:
         if isinstance(request, Hot):
             if request.script == "flush_read":
                 return self.raw
@@ -71,7 +76,7 @@ def test_one_rejected_entry_of_256_is_isolated_in_log_steps(position: int) -> No
     threads = [f"t{i}" for i in range(256)]
     tiers = ScriptedTiers(_raw(threads), threads[position],
                           WriteRejectedError("violates check constraint", sqlstate="23514"))
-    moved = tiers.run(journal.flush_batch(_ctx()), None)
+    moved = tiers.run(journal.flush_batch(_ctx()), no_effects)
     assert moved == 256
     assert tiers.committed == set(threads) - {threads[position]}
     assert tiers.transactions <= 2 * math.log2(256) + 1
@@ -90,7 +95,7 @@ def test_an_outage_is_not_split_and_acknowledges_nothing() -> None:
     tiers = ScriptedTiers(_raw(threads), threads[3],
                           TierUnavailableError("Postgres (cold tier) is unavailable", tier="cold"))
     with pytest.raises(TierUnavailableError):
-        tiers.run(journal.flush_batch(_ctx()), None)
+        tiers.run(journal.flush_batch(_ctx()), no_effects)
     assert tiers.transactions == 1 and tiers.ack is None
 
 
@@ -99,7 +104,7 @@ def test_an_undecodable_entry_is_rejected_without_a_transaction_of_its_own() -> 
     raw = _raw(["a", "b"])
     raw.insert(1, [b"1500-0", [b"d", ormsgpack.packb(["?", 1])]])
     tiers = ScriptedTiers(raw, "nobody", WriteRejectedError("unused"))
-    assert tiers.run(journal.flush_batch(_ctx()), None) == 3
+    assert tiers.run(journal.flush_batch(_ctx()), no_effects) == 3
     assert tiers.transactions == 1 and tiers.committed == {"a", "b"}
     assert tiers.ack is not None and tiers.ack[3] == 1
     assert tiers.ack[4 + 5 * 3] == "1500-0"
