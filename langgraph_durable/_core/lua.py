@@ -312,7 +312,8 @@ PUT_WRITES_BEHIND_SCRIPT = _journaled(
 # deadline), while the thread has entries not yet flushed (Redis is newer than Postgres),
 # and when the copy read is older than one Redis has already seen (its version is below
 # the namespace's version or the thread's tombstone). Expired intents (writers that died)
-# are cleared: the Postgres read that preceded this call saw whatever they committed.
+# are cleared with the thread's whole copy (they may have left any namespace stale): the
+# Postgres read that preceded this call saw whatever they committed.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] unflushed hash  KEYS[7] versions hash
 # ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata
@@ -323,9 +324,18 @@ PUT_WRITES_BEHIND_SCRIPT = _journaled(
 WARM_SCRIPT = (
     _PRELUDE
     + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
 if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+if expired > 0 then
+  -- a writer died between its commit and its Redis update, in any namespace of the
+  -- thread: the intent protected them all, so the whole copy goes before it does
+  local keys = redis.call('SMEMBERS', KEYS[5])
+  for i = 1, #keys, 500 do
+    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+  end
+  redis.call('DEL', KEYS[5])
+end
 local version = tonumber(ARGV[8])
 if version < held(KEYS[7], ARGV[9]) then return 0 end
 local head = ARGV[10] == 'head'
@@ -352,9 +362,13 @@ return 1
 # tombstone version: a copy read from Postgres before the change that caused the drop is
 # older than it, so no write or warm can bring it back. The unflushed hash stays: it
 # counts journal entries that are still on their way to Postgres.
-# KEYS[1] intents  KEYS[2] registry  KEYS[3] versions hash
+# With ARGV[4] = "1" a thread that has entries not yet flushed is left alone (returns -1):
+# its copy holds writes Postgres lacks, so the caller flushes first.
+# KEYS[1] intents  KEYS[2] registry  KEYS[3] versions hash  KEYS[4] unflushed hash
 # ARGV[1] intent token or ""  ARGV[2] tombstone version (0: none)  ARGV[3] ttl ms (0: none)
+# ARGV[4] "1": refuse while unflushed
 DROP_THREAD_SCRIPT = """
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then return -1 end
 local keys = redis.call('SMEMBERS', KEYS[2])
 for i = 1, #keys, 500 do
   redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))

@@ -69,7 +69,7 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         (hot("intent", [keys.intents]), 1),
         (cold(st.tombstone_sql, st.prune_delete_sql, st.delete_orphan_blobs_sql,
               st.rebuild_heads_sql), [[{"version": 17}], [], None, None]),
-        (hot("drop_thread", [keys.intents, keys.registry, keys.versions]), 1),
+        (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 1),
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
@@ -81,4 +81,4 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         "keep_ids": ["c2", "c1"]}
     assert heads.params == {"thread_ids": ["t1"]}
     token = script.requests[2].args[0]
-    assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms]
+    assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms, ""]
