@@ -9,9 +9,11 @@ successive ``asyncio.run`` calls keep working).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import random
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
@@ -41,6 +43,15 @@ from langgraph_durable.ledger import Ledger
 logger = logging.getLogger("langgraph_durable")
 logger.addHandler(logging.NullHandler())  # quiet unless the application configures logging
 T = TypeVar("T")
+
+# Write-behind savers whose background flusher runs: flushed at interpreter exit.
+_UNCLOSED: weakref.WeakSet[DurableSaver] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_unclosed() -> None:
+    for saver in list(_UNCLOSED):
+        saver._flush_at_exit()
 
 
 class DurableSaver(BaseCheckpointSaver[str]):
@@ -148,6 +159,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
             if self._flusher is None:
                 self._flusher = BackgroundFlusher(self.engine)
                 self._flusher.start()
+                _UNCLOSED.add(self)
+
+    def _flush_at_exit(self) -> None:
+        """A script that ends without `close`: move what it acknowledged to Postgres."""
+        if self._flusher is None:
+            return
+        try:
+            self.close()
+        except Exception as exc:  # the interpreter is going away: say it, do not raise
+            logger.warning("at exit: acknowledged writes left in Redis for a flusher: %s", exc)
 
     def flush(self, timeout: float | None = None) -> int:
         """Block until every write acknowledged before the call is in Postgres.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,8 @@ from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable.flusher import run_flusher
 from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints
 from tests.graphs import chat_graph
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 
@@ -149,3 +154,25 @@ def test_dead_flushers_batch_is_reclaimed(make_saver: Any) -> None:
 def _no_effect(request: object) -> None:
     """Storage operations yield no tool effects."""
     raise AssertionError(f"unexpected effect {request!r}")
+
+
+def test_a_script_that_exits_without_close_still_flushes(
+    namespace: tuple[str, str], make_saver: Any
+) -> None:
+    """A script writes behind and ends without close() (the flusher's interval is an hour):
+    what it acknowledged is in Postgres once it has exited."""
+    schema, prefix = namespace
+    make_saver()  # the schema exists
+    thread = f"t-{uuid.uuid4()}"
+    code = (
+        "from langgraph_durable import DurableSaver\n"
+        "from tests.graphs import chat_graph\n"
+        f"s = DurableSaver({REDIS_URL!r}, {POSTGRES_URL!r}, schema={schema!r}, "
+        f"key_prefix={prefix!r}, write_mode='behind', flush_interval=3600)\n"
+        f"chat_graph(s).invoke({{'messages': [('user', 'hi')]}}, "
+        f"{{'configurable': {{'thread_id': {thread!r}}}}})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert cold_checkpoints(schema, thread) == 5
