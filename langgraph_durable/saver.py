@@ -142,15 +142,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
         open a connection to each tier.
 
         Raises:
-            TierUnavailableError: Postgres cannot be reached (Redis may be down: the saver
-                then serves from Postgres until it is back).
+            TierUnavailableError: Postgres cannot be reached, said within seconds with the
+                (masked) URL and the reason (Redis may be down: the saver then serves from
+                Postgres until it is back).
+            ConfigurationError: the database does not exist or refused the credentials.
             SchemaVersionError: the schema was migrated by a newer release.
         """
+        self.engine.check_cold()
         self.engine.run(migrate.setup(self.config.schema, self.migrations))
         self.engine.run(hot.connect(self._ctx))
 
     async def asetup(self) -> None:
         """Async twin of `setup`."""
+        await self.engine.acheck_cold()
         await self.engine.arun(migrate.setup(self.config.schema, self.migrations))
         await self.engine.arun(hot.connect(self._ctx))
 
