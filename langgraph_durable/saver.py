@@ -32,7 +32,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_durable._core import hot, journal, migrate, ops
 from langgraph_durable._core.ledger_sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Breaker, Context, MarkClock, Op
+from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
+from langgraph_durable._core.strict import default_serde
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
 from langgraph_durable.errors import TierUnavailableError
@@ -60,8 +62,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ``"behind"`` (once Redis holds it; a flusher moves it to Postgres).
         key_prefix: prefix of every Redis key.
         schema: Postgres schema of every table.
-        serde: serializer; default LangGraph's `JsonPlusSerializer`.
-        **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings).
+        serde: serializer; default LangGraph's `JsonPlusSerializer` in strict mode: it
+            rebuilds only LangGraph's safe types and ``allowed_types`` (see README, "Trust
+            model").
+        **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings,
+            ``secret``, ``encryption``, ``allowed_types``).
 
     Raises:
         ConfigurationError: an option is invalid.
@@ -78,7 +83,6 @@ class DurableSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(serde=serde)
         self.config = SaverConfig.from_env(
             redis_url=redis_url,
             postgres_url=postgres_url,
@@ -87,10 +91,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             schema=schema,
             **options,
         )
+        super().__init__(serde=default_serde(serde, self.config))
         self._ctx = Context(
             config=self.config,
             statements=Statements(self.config.schema),
-            serde=self.serde,
+            serde=Codec(self.serde, Seal.of(self.config)),
             breaker=Breaker(seconds(self.config.breaker_cooldown)),
             marks=MarkClock(seconds(self.config.stale_poll_interval)),
         )

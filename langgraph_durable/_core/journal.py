@@ -5,10 +5,15 @@ to the journal (a Redis Stream) in a single script. A flusher takes a batch thro
 consumer group, writes it to Postgres in one transaction of idempotent upserts, and only
 then acknowledges and deletes the entries. A flusher that dies mid-batch leaves its
 entries pending; another claims them once they sat idle for ``reclaim_after``.
+
+With a secret or encryption configured each entry is sealed (`_core.seal`), and the
+flusher opens it before anything of it goes near Postgres: an entry that fails (written
+into the stream by someone without the key) is logged and dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,17 +21,26 @@ from typing import Any
 
 import ormsgpack
 
+from langgraph_durable._core.codec import FrameError
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from langgraph_durable._core.requests import Cold, Context, Hot, Op, Pause, Statement
+from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
 
 GROUP = "flushers"
+logger = logging.getLogger("langgraph_durable")
 
 
-def pack_checkpoint_entry(stored: StoredCheckpoint) -> bytes:
+def _seal(ctx: Context, packed: bytes) -> bytes:
+    """An entry as the stream holds it: sealed to this prefix's journal when keyed."""
+    seal = ctx.serde.seal
+    return seal.seal(packed, journal_place(ctx.config.key_prefix)) if seal.keyed else packed
+
+
+def pack_checkpoint_entry(ctx: Context, stored: StoredCheckpoint) -> bytes:
     w = stored.where
-    return ormsgpack.packb(
+    return _seal(ctx, ormsgpack.packb(
         [
             "c",
             w.thread_id,
@@ -39,11 +53,11 @@ def pack_checkpoint_entry(stored: StoredCheckpoint) -> bytes:
             stored.metadata,
             [list(b) for b in stored.blobs],
         ]
-    )
+    ))
 
 
-def pack_writes_entry(where: Location, stored: Sequence[StoredWrite]) -> bytes:
-    return ormsgpack.packb(
+def pack_writes_entry(ctx: Context, where: Location, stored: Sequence[StoredWrite]) -> bytes:
+    return _seal(ctx, ormsgpack.packb(
         [
             "w",
             where.thread_id,
@@ -51,7 +65,7 @@ def pack_writes_entry(where: Location, stored: Sequence[StoredWrite]) -> bytes:
             where.checkpoint_id,
             [[w.task_id, w.idx, w.channel, w.task_path, w.frame] for w in stored],
         ]
-    )
+    ))
 
 
 @dataclass(slots=True)
@@ -70,11 +84,24 @@ class Entry:
         return stream_order(self.id)
 
 
-def _decode(raw: list[Any]) -> Entry:
-    entry_id, fields = raw[0], raw[1]
-    data = dict(zip(fields[::2], fields[1::2], strict=True))[b"d"]
-    body = ormsgpack.unpackb(data)
-    return Entry(entry_id.decode(), body[0], body[1], body[2], body[3], body)
+def _decode(ctx: Context, raw: list[Any]) -> Entry | None:
+    """The entry, or ``None`` (logged) when it fails its seal: it must not be applied."""
+    entry_id, fields = raw[0].decode(), raw[1]
+    data = dict(zip(fields[::2], fields[1::2], strict=True)).get(b"d", b"")
+    seal = ctx.serde.seal
+    try:
+        if seal.keyed:
+            data = seal.open(data, journal_place(ctx.config.key_prefix))
+        body = ormsgpack.unpackb(data)
+        return Entry(entry_id, body[0], body[1], body[2], body[3], body)
+    except (FrameError, ormsgpack.MsgpackDecodeError, ValueError, TypeError, IndexError) as exc:
+        logger.error(
+            "journal entry %s of prefix %r is not genuine (%s): dropped, not flushed",
+            entry_id,
+            ctx.config.key_prefix,
+            exc,
+        )
+        return None
 
 
 def stream_order(entry_id: str) -> tuple[int, int]:
@@ -228,20 +255,25 @@ def flush_batch(ctx: Context) -> Op[int]:
     )
     if not raw:
         return 0
-    entries = [_decode(r) for r in raw]
+    decoded = [(r[0].decode(), _decode(ctx, r)) for r in raw]
+    entries = [e for _, e in decoded if e is not None]
     statements = _plan(ctx, entries).statements(ctx)
     versions: list[dict[str, Any]] = []
     if statements:
         versions = (yield Cold(statements))[-1] or []
-    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(entries)]
-    for e in entries:
+    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(decoded)]
+    for entry_id, e in decoded:
+        if e is None:  # acknowledged and deleted; its claimed thread is left alone
+            rejected = f"{journal}:rejected"
+            ack += [entry_id, rejected, "-", rejected]
+            continue
         keys = ThreadKeys(prefix, e.thread_id)
         ack += [e.id, keys.unflushed, keys.unflushed_member(e.ns, e.checkpoint_id), keys.registry]
     for row in versions:
         keys = ThreadKeys(prefix, row["thread_id"])
         ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
     yield Hot("flush_ack", [journal], ack)
-    return len(entries)
+    return len(decoded)
 
 
 def journal_state(ctx: Context) -> Op[tuple[str, str, int]]:

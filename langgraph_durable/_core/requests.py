@@ -18,9 +18,9 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import sql
 
+from langgraph_durable._core.seal import Codec
 from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
 
@@ -237,7 +237,7 @@ class Context:
 
     config: SaverConfig
     statements: Statements
-    serde: SerializerProtocol
+    serde: Codec  # the saver's serializer with its seal
     breaker: Breaker
     marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
     latencies: Latencies = field(default_factory=Latencies)

@@ -480,7 +480,7 @@ WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
 
 # %(thread_id)s %(checkpoint_ns)s %(seed_ids)s %(seed_channels)s (aligned arrays)
 DELTA_SEEDS_SQL = """
-SELECT s.channel, b.blob
+SELECT s.channel, b.version, b.blob
 FROM unnest(%(seed_ids)s::text[], %(seed_channels)s::text[]) AS s(checkpoint_id, channel)
 JOIN {schema}.lgd_checkpoints c
   ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s

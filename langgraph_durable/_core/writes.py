@@ -73,7 +73,7 @@ def put(
         keys,
         stored.where,
         lambda: _put_statement(ctx, stored, cas),
-        lambda: pack_checkpoint_entry(stored),
+        lambda: pack_checkpoint_entry(ctx, stored),
         lambda token, ttl, version, journal: _put_hot(
             keys, stored, token, ttl, version, cas, ctx.config.hot_checkpoints, journal
         ),
@@ -245,7 +245,7 @@ def put_writes(
         keys,
         where,
         lambda: _writes_statement(ctx, where, stored),
-        lambda: pack_writes_entry(where, stored),
+        lambda: pack_writes_entry(ctx, where, stored),
         lambda token, ttl, version, journal: _writes_hot(
             keys, where, stored, token, ttl, version, journal
         ),
