@@ -385,3 +385,24 @@ def test_both_tiers_hold_ciphertext_only(make_saver: Any, client: redis.Redis) -
     tup = saver.get_tuple(config)
     assert tup is not None and tup.checkpoint["channel_values"]["notes"] == [MARKER]
     assert {w[2] for w in tup.pending_writes or []} == {MARKER}
+
+
+@pytest.mark.parametrize(
+    "keys", [{"secret": SECRET}, {"encryption": {"k1": K1}}], ids=["secret", "encryption"]
+)
+def test_copy_thread_seals_the_copy_for_its_new_thread(
+    make_saver: Any, keys: dict[str, Any]
+) -> None:
+    """copy_thread moves frames legitimately: the copy reads back (values and pending
+    writes), from Postgres alone, in the target thread."""
+    saver = make_saver(**keys)
+    source = _seed(saver, ["copied"])
+    saver.put_writes(source, [("notes", "pending")], "task-1")
+    saver.flush()
+    target = f"t-{uuid.uuid4()}"
+    saver.copy_thread(_thread(source), target)
+    drop_prefix(saver.config.key_prefix)
+    tup = saver.get_tuple({"configurable": {"thread_id": target, "checkpoint_ns": ""}})
+    assert tup is not None and tup.checkpoint["channel_values"]["notes"] == ["copied"]
+    assert [w[1:] for w in tup.pending_writes or []] == [("notes", "pending")]
+    assert _cold_blob(saver, source) != _cold_blob(saver, {"configurable": {"thread_id": target}})

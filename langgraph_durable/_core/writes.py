@@ -50,6 +50,7 @@ from langgraph_durable._core.requests import (
     Statement,
     new_version,
 )
+from langgraph_durable._core.reseal import copy_statement
 from langgraph_durable.errors import ConfigurationError, ThreadConflictError, TierUnavailableError
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -415,11 +416,12 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
     yield from _settle(ctx)
+    copy = yield from copy_statement(ctx, src, dst)
     yield from _mutate_threads(
         ctx,
         [dst],
         [
-            Statement(ctx.statements.copy_thread_sql, {"source": src, "target": dst}),
+            copy,
             Statement(
                 ledger_statements(ctx.config.schema).copy_thread, {"source": src, "target": dst}
             ),
