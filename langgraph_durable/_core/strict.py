@@ -5,32 +5,27 @@ LangGraph's msgpack format rebuilds objects by name: an extension carries
 anyone wrote into Redis or Postgres runs any callable (``os.system``) on the next read.
 `StrictSerializer` allows LangGraph's own safe set (messages, documents, ``Send``,
 ``Interrupt``, ``Command``, datetime, uuid, decimal, ...) plus the types the application
-names; any other named type makes the load fail — the frame is then treated as damaged
-(repaired from the other tier or `CorruptStateError`) instead of half-decoded. Pickle stays
-off, and JSON constructors follow LangGraph's own allowlist.
+names, and imports or calls nothing else; a value naming any other type, at any depth,
+makes the load fail, so the frame is treated as damaged (repaired from the other tier, or
+`CorruptStateError`) instead of half-decoded. Pickle stays off, and JSON constructors
+follow LangGraph's own allowlist.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-import ormsgpack
-from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_METHODS, SAFE_MSGPACK_TYPES
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import ConfigurationError
 
-# LangGraph's extension codes that name a type: (module, name, ...) at the front
-_BY_NAME = frozenset((0, 1, 2, 4, 5))  # constructor(arg), (*args), (**kwargs), pydantic v1/v2
-_BY_METHOD = 3  # (module, name, arg, method): a classmethod call
-_DELTA = 7  # a delta snapshot: msgpack inside, checked recursively
-_CHECKED = _BY_NAME | {_BY_METHOD, _DELTA}
-
 AllowedType = type | tuple[str, ...]
+_BLOCKED = frozenset(("msgpack_blocked", "msgpack_method_blocked"))
 
 
 class RefusedTypeError(ValueError):
@@ -44,8 +39,29 @@ def type_key(allowed: AllowedType) -> tuple[str, ...]:
     return tuple(allowed)
 
 
+class _Loads(threading.local):
+    """The types LangGraph blocked during this thread's current strict load, if any."""
+
+    blocked: list[SerdeEvent] | None = None
+
+
+_loads = _Loads()
+
+
+def _record(event: SerdeEvent) -> None:
+    if _loads.blocked is not None and event["kind"] in _BLOCKED:
+        _loads.blocked.append(event)
+
+
+register_serde_event_listener(_record)
+
+
 class StrictSerializer(JsonPlusSerializer):
-    """`JsonPlusSerializer` that loads only LangGraph's safe types and ``allowed``.
+    """`JsonPlusSerializer` in allowlist mode that refuses a value naming any other type.
+
+    LangGraph's allowlist mode skips a type it blocks (the value comes back as the raw
+    arguments, silently); here the whole load fails instead, so the frame is treated as
+    damaged rather than half-decoded.
 
     Args:
         allowed: further classes (or ``(module, name)`` pairs) a checkpoint may hold,
@@ -53,30 +69,33 @@ class StrictSerializer(JsonPlusSerializer):
     """
 
     def __init__(self, allowed: Iterable[AllowedType] = ()) -> None:
-        self.allowed: frozenset[tuple[str, ...]] = frozenset(SAFE_MSGPACK_TYPES) | {
-            type_key(a) for a in allowed
-        }
-        super().__init__(allowed_msgpack_modules=tuple(self.allowed))
-        self._rebuild: Callable[[int, bytes], Any] = self._unpack_ext_hook
-        self._unpack_ext_hook = self._checked
-        self._refused = threading.local()  # ormsgpack replaces a hook's error with its own
+        self.allowed: frozenset[tuple[str, ...]] = frozenset(type_key(a) for a in allowed)
+        super().__init__(allowed_msgpack_modules=tuple(self.allowed) or None)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        """Load a value; a refused type raises `RefusedTypeError` naming it."""
-        self._refused.error = None
+        """Load a value; a type not allowed, at any depth, raises `RefusedTypeError`.
+
+        Raises:
+            RefusedTypeError: the value names a type (or method) not allowed.
+        """
+        outer, _loads.blocked = _loads.blocked, []
         try:
-            return super().loads_typed(data)
-        except ValueError as exc:
-            refused: RefusedTypeError | None = self._refused.error
-            if refused is not None:
-                raise refused from exc
-            raise
+            value = super().loads_typed(data)
+            blocked = _loads.blocked
+        finally:
+            _loads.blocked = outer
+        if blocked:
+            name = ".".join((blocked[0]["module"], blocked[0]["name"]))
+            raise RefusedTypeError(
+                f"type {name} is not allowed by the serializer: allow it with "
+                f"DurableSaver(allowed_types=[{name}]) if the application stores it"
+            )
+        return value
 
     def allow(self, extra: Iterable[AllowedType]) -> None:
         """Allow more types, in place (every saver sharing this serializer sees them)."""
         self.allowed = self.allowed | {type_key(a) for a in extra}
-        rebuilt = JsonPlusSerializer(allowed_msgpack_modules=tuple(self.allowed))
-        self._rebuild = rebuilt._unpack_ext_hook
+        super().__init__(allowed_msgpack_modules=tuple(self.allowed))
 
     def with_msgpack_allowlist(
         self, extra_allowlist: Iterable[tuple[str, ...] | type]
@@ -84,32 +103,6 @@ class StrictSerializer(JsonPlusSerializer):
         """What LangGraph calls to add a graph's schema types (``LANGGRAPH_STRICT_MSGPACK``)."""
         self.allow(extra_allowlist)
         return self
-
-    def _checked(self, code: int, data: bytes) -> Any:
-        """Refuse a type not allowed before LangGraph's hook could import or call it."""
-        try:
-            return self._rebuild(code, self._check(code, data))
-        except RefusedTypeError as exc:
-            self._refused.error = exc
-            raise
-
-    def _check(self, code: int, data: bytes) -> bytes:
-        if code in _CHECKED:
-            parts = ormsgpack.unpackb(data, ext_hook=self._checked, option=_OPTIONS)
-            if code == _BY_METHOD:
-                key: tuple[Any, ...] = (*parts[:2], parts[3])
-                if key not in SAFE_MSGPACK_METHODS:
-                    raise RefusedTypeError(f"method {'.'.join(map(str, key))} is not allowed")
-            elif code != _DELTA and tuple(parts[:2]) not in self.allowed:
-                module, name = (str(p) for p in parts[:2])
-                raise RefusedTypeError(
-                    f"type {module}.{name} is not allowed by the serializer: allow it with "
-                    f"DurableSaver(allowed_types=[{module}.{name}]) if the application stores it"
-                )
-        return data
-
-
-_OPTIONS = ormsgpack.OPT_NON_STR_KEYS
 
 
 def default_serde(serde: SerializerProtocol | None, config: SaverConfig) -> SerializerProtocol:
