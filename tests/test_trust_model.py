@@ -7,8 +7,11 @@ holding write access to one tier (but not the saver's keys) would make it.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_durable import CorruptStateError, DurableSaver
+from langgraph_durable import ConfigurationError, CorruptStateError, DurableSaver
 from langgraph_durable._core.codec import encode_frame
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
@@ -406,3 +409,52 @@ def test_copy_thread_seals_the_copy_for_its_new_thread(
     assert tup is not None and tup.checkpoint["channel_values"]["notes"] == ["copied"]
     assert [w[1:] for w in tup.pending_writes or []] == [("notes", "pending")]
     assert _cold_blob(saver, source) != _cold_blob(saver, {"configurable": {"thread_id": target}})
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_standalone_flusher_takes_its_keys_from_the_environment(make_saver: Any) -> None:
+    """A ``langgraph-durable flush`` worker given the keys in its environment opens the
+    journal's encrypted entries and moves them to Postgres."""
+    saver = make_saver(encryption={"k1": K1}, background_flush=False)
+    config = _put(saver, ["flushed by a worker"])
+    env = {
+        **os.environ,
+        "LGD_ENCRYPTION_KEYS": f"k1={base64.b64encode(K1).decode()}",
+        "LGD_REDIS_URL": REDIS_URL,
+        "LGD_POSTGRES_URL": POSTGRES_URL,
+    }
+    args = ["flush", "--schema", saver.config.schema, "--prefix", saver.config.key_prefix]
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_durable", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    query = "SELECT count(*) FROM {schema}.lgd_checkpoints WHERE thread_id = %s"
+    assert _sql(saver, query, _thread(config))[0][0] == 1
+    drop_prefix(saver.config.key_prefix)
+    tup = saver.get_tuple(config)
+    assert tup is not None and tup.checkpoint["channel_values"]["notes"] == ["flushed by a worker"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"secret": "short"},
+        {"encryption": {"k1": b"not an AES key"}},
+        {"encryption": {"k1": K1, "k2": K2}},
+        {"encryption": {"k1": K1}, "encryption_key_id": "k2"},
+        {"encryption_key_id": "k1"},
+    ],
+    ids=["short-secret", "bad-key", "no-current-key", "unknown-current-key", "id-without-keys"],
+)
+def test_bad_keys_are_refused_at_construction_without_echoing_them(
+    options: dict[str, Any],
+) -> None:
+    """A short secret, a key of the wrong size, or an ambiguous or unknown current key is a
+    `ConfigurationError` that does not show the key material."""
+    with pytest.raises(ConfigurationError) as info:
+        DurableSaver(REDIS_URL, POSTGRES_URL, **options)
+    assert "short" not in str(info.value) and "not an AES key" not in str(info.value)
