@@ -3,19 +3,27 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-embedded
 
-.PHONY: test lint typecheck bench demo clean
+.PHONY: test chaos lint typecheck bench demo clean
 
-$(STAMP): pyproject.toml
+# $(VENV)/.installed-EXTRA: the package and its EXTRA installed; redone when pyproject changes.
+$(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	$(PY) -m pip install -q -e '.[$*]'
+	touch $@
 
 test: $(STAMP)
 	$(PY) -m ruff check langgraph_durable tests benchmarks
 	$(PY) -m mypy
 	$(PY) -m pytest -q
+
+# The simulation soak: SEEDS seeded interleavings with faults per write mode (`make test`
+# runs the default 1000 per mode). A failure prints the command that replays its seed.
+SEEDS ?= 20000
+chaos: $(STAMP)
+	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check langgraph_durable tests benchmarks
@@ -24,9 +32,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
-demo:
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[embedded]'
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/langgraph-durable demo
 
 clean:

@@ -93,7 +93,7 @@ def main() -> None:
     tracked = durable_tool(lookup, saver=saver)
     thread = {"configurable": {"thread_id": f"bench-{tag}"}}
     counter = _Counter()
-    counter.wrap(saver._tiers())
+    counter.wrap(saver.engine.tiers())
     try:
         for i in range(20):  # warm-up: pools, prepared statements
             plain.invoke(_call(i, f"w{i}"), thread)
@@ -108,7 +108,7 @@ def main() -> None:
         rows.append(("sync, replay", replay, counter.n / n))
 
         async def run_async() -> None:
-            counter.wrap(await saver._atiers())
+            counter.wrap(await saver.engine.atiers())
             for i in range(20):
                 await tracked.ainvoke(_call(20_000 + i, f"aw{i}"), thread)
             counter.n = 0

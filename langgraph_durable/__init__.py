@@ -1,6 +1,6 @@
 """langgraph-durable: LangGraph agents that survive crashes, restarts and long pauses."""
 
-from langgraph_durable._core.ledger import LedgerRecord
+from langgraph_durable._core.ledger.model import LedgerRecord
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import (
     ConfigurationError,

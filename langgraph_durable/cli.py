@@ -16,30 +16,32 @@ pick the saver's tables and keys.
 
 Exit codes: 0 success; 1 the command failed (no such thread, a demo check failed);
 2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
-130 interrupted.
+4 ``doctor``'s checks passed with warnings; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redact, redis_client
-from langgraph_durable._core import migrate
-from langgraph_durable._core.inspect import thread_summaries
-from langgraph_durable.config import SaverConfig
+from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
+from langgraph_durable._cli.target import Target
+from langgraph_durable.config import mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -61,10 +63,10 @@ embedded_app = typer.Typer(help="Real PostgreSQL and Valkey servers from PyPI wh
                            no_args_is_help=True)
 app.add_typer(embedded_app, name="embedded")
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+console = Console(highlight=False, emoji=False)
+errors = Console(stderr=True, highlight=False, emoji=False)
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_WARNINGS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
 RedisUrl = Annotated[str | None, typer.Option(
     "--redis-url", envvar="LGD_REDIS_URL", show_envvar=True,
@@ -86,42 +88,11 @@ DataDir = Annotated[Path | None, typer.Option(
     help="Data directory of the embedded servers.")]
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Which servers, schema and key prefix a command works on."""
-
-    redis_url: str | None
-    postgres_url: str | None
-    schema: str
-    prefix: str
-    write_mode: str = "through"
-
-    def config(self) -> SaverConfig:
-        """The saver configuration, with the URLs resolved (flag, then env, then default).
-
-        Raises:
-            ConfigurationError: a URL, the schema, the prefix or the write mode is invalid.
-        """
-        return SaverConfig.from_env(
-            redis_url=self.redis_url, postgres_url=self.postgres_url, schema=self.schema,
-            key_prefix=self.prefix, write_mode=self.write_mode, pool_timeout=10.0,
-        )
-
-    def saver(self) -> DurableSaver:
-        """A saver on the target (not set up)."""
-        config = self.config()
-        return DurableSaver(
-            config.redis_url, config.postgres_url, schema=config.schema,
-            key_prefix=config.key_prefix, write_mode=config.write_mode,
-            pool_timeout=config.pool_timeout,
-        )
-
-
 # ----------------------------------------------------------------------------- plumbing
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -151,11 +122,11 @@ def _open(target: Target, *, need_schema: bool = True) -> Iterator[DurableSaver]
     try:
         probe_postgres(saver.config.postgres_url)
         if need_schema:
-            version = saver._run(migrate.current_version(saver.config.schema))
+            version = saver.engine.schema_version()
             latest = _latest_version(saver)
             if version == 0:
                 raise ConfigurationError(
-                    f"schema {saver.config.schema!r} at {redact(saver.config.postgres_url)} is "
+                    f"schema {saver.config.schema!r} at {mask_url(saver.config.postgres_url)} is "
                     f"not set up: run `langgraph-durable migrate --schema {saver.config.schema}`")
             if version > latest:
                 raise SchemaVersionError(
@@ -175,7 +146,7 @@ def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
     try:
         probe_redis(saver.config.redis_url)
     except TierUnavailableError as exc:
-        errors.print(f"[yellow]warning:[/] {exc}; Redis columns show '?'")
+        errors.print(f"[yellow]warning:[/] {escape(str(exc))}; Redis columns show '?'")
         yield None
         return
     client = redis_client(saver.config.redis_url)
@@ -200,15 +171,16 @@ def _root(
 ) -> None:
     """Inspect and operate langgraph-durable checkpoints (Redis hot tier over Postgres)."""
     global console, errors
-    console = Console(highlight=False)  # made per run: picks up COLUMNS and redirections
-    errors = Console(stderr=True, highlight=False)
+    # Made per run: picks up COLUMNS and redirections.
+    console = Console(highlight=False, emoji=False)
+    errors = Console(stderr=True, highlight=False, emoji=False)
     if verbose:
         log_to_stderr(logging.INFO)
 
 
 @app.command()
 def threads(
-    limit: Annotated[int, typer.Option(help="Show at most this many threads.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many threads.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -219,7 +191,7 @@ def threads(
         unflushed = saver.health()["flush"]["unflushed"]
         caption = (f"{len(rows)} of {total} threads · schema {schema} · prefix {prefix} · "
                    f"unflushed journal entries: {unflushed}")
-        console.print(views.threads_table(f"threads in {redact(saver.config.postgres_url)}",
+        console.print(views.threads_table(f"threads in {mask_url(saver.config.postgres_url)}",
                                           rows, caption))
 
 
@@ -227,7 +199,8 @@ def threads(
 def history(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
     ns: Namespace = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many checkpoints.")] = 50,
+    limit: Annotated[int, typer.Option(
+        min=1, help="Show at most this many checkpoints.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -235,7 +208,8 @@ def history(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         with _hot_view(saver) as hot:
             rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
-        console.print(views.history_table(f"history of thread {thread!r}", rows))
+        console.print(views.history_table(f"history of thread {thread!r}", rows,
+                                          width=console.width))
 
 
 @app.command()
@@ -316,10 +290,10 @@ def migrate_command(
     """Create the schema and apply missing migrations (safe to run any time, concurrently)."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix),
                             need_schema=False) as saver:
-        before = saver._run(migrate.current_version(schema))
+        before = saver.engine.schema_version()
         with console.status(f"migrating schema {schema!r}…"):
-            applied = saver._run(migrate.setup(schema, saver.migrations))
-        now = saver._run(migrate.current_version(schema))
+            applied = saver.engine.migrate(saver.migrations)
+        now = saver.engine.schema_version()
         if applied:
             console.print(f"schema {schema!r}: applied migrations "
                           f"{', '.join(map(str, applied))}; version {before} → {now}")
@@ -344,21 +318,21 @@ def prune(
         if not yes:
             typer.confirm(f"{strategy} {len(thread_ids)} thread(s) in schema {schema!r}?",
                           abort=True)
-        _, summaries = saver._run(thread_summaries(schema, thread_ids=thread_ids,
-                                                   limit=len(thread_ids)))
+        _, summaries = saver.engine.thread_summaries(thread_ids=thread_ids,
+                                                     limit=len(thread_ids))
         before = {s.thread_id: s for s in summaries}
         with typer.progressbar(thread_ids, label="pruning") as progress:
             for thread in progress:
                 saver.prune([thread], strategy=strategy)
-        _, summaries = saver._run(thread_summaries(schema, thread_ids=thread_ids,
-                                                   limit=len(thread_ids)))
+        _, summaries = saver.engine.thread_summaries(thread_ids=thread_ids,
+                                                     limit=len(thread_ids))
         after = {s.thread_id: s for s in summaries}
         for thread in thread_ids:
             old, new = before.get(thread), after.get(thread)
             console.print(
                 f"{thread}: {old.checkpoints if old else 0} → {new.checkpoints if new else 0} "
                 f"checkpoints, {views.human_bytes(old.bytes if old else 0)} → "
-                f"{views.human_bytes(new.bytes if new else 0)}")
+                f"{views.human_bytes(new.bytes if new else 0)}", markup=False)
 
 
 @app.command()
@@ -366,7 +340,10 @@ def doctor(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Check connectivity, server versions, Redis persistence, schema version and flush lag."""
+    """Check connectivity, server versions, Redis persistence, schema version and flush lag.
+
+    Exits 0 when every check passed, 4 when some only warned, 2 or 3 when one failed.
+    """
     from langgraph_durable._cli.doctor import run_checks
 
     checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
@@ -374,10 +351,14 @@ def doctor(
     problems = [c for c in checks if c.status == "fail"]
     warnings = [c for c in checks if c.status == "warn"]
     if problems:
-        errors.print(f"[bold red]error:[/] {problems[0].detail}", soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {escape(problems[0].detail)}", soft_wrap=True)
         raise typer.Exit(code)
-    console.print("[green]all checks passed[/]" + (
-        f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else ""))
+    if warnings:
+        names = ", ".join(c.name for c in warnings)
+        console.print(f"[yellow]checks passed with {len(warnings)} "
+                      f"warning{'s' * (len(warnings) != 1)}[/] ({names})")
+        raise typer.Exit(EXIT_WARNINGS)
+    console.print("[green]all checks passed[/]")
 
 
 @app.command()
@@ -405,7 +386,7 @@ def demo(
             from langgraph_durable.embedded import start_embedded
 
             folder = data_dir or default_data_dir()
-            with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+            with console.status(_starting(folder)):
                 servers = start_embedded(folder)
             with servers:
                 target = replace(target, redis_url=servers.redis_url,
@@ -415,6 +396,10 @@ def demo(
             ok = run_demo(console, target, embedded_dir=None, slow=slow)
     if not ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _starting(folder: Path) -> str:
+    return f"starting embedded PostgreSQL and Valkey in {escape(str(folder))}…"
 
 
 def default_data_dir() -> Path:
@@ -437,20 +422,17 @@ def embedded_up(data_dir: DataDir = None) -> None:
     folder = data_dir or default_data_dir()
     stop = threading.Event()
     with _failures():
-        with console.status(f"starting embedded PostgreSQL and Valkey in {folder}…"):
+        with console.status(_starting(folder)):
             started = time.monotonic()
             servers = start_embedded(folder)
         with servers:
-            console.print(views.note("embedded servers are up", "\n".join([
-                f"data      {folder}",
-                f"redis     {servers.redis_url}",
-                f"postgres  {servers.postgres_url}",
-                f"started in {time.monotonic() - started:.2f}s; Ctrl-C stops both",
-                "",
-                "in another shell:",
-                f"  export LGD_REDIS_URL='{servers.redis_url}'",
-                f"  export LGD_POSTGRES_URL='{servers.postgres_url}'",
-            ]), style="green"))
+            console.print(f"[green]embedded servers are up[/] in {escape(str(folder))} "
+                          f"(started in {time.monotonic() - started:.2f}s; Ctrl-C stops both)")
+            console.print("# in another shell:")
+            # Plain lines, never wrapped or boxed, so that they can be copied as they are.
+            for name, url in (("LGD_REDIS_URL", servers.redis_url),
+                              ("LGD_POSTGRES_URL", servers.postgres_url)):
+                console.print(Text(f"export {name}={shlex.quote(url)}"), soft_wrap=True)
 
             def _stop(signum: int, frame: Any) -> None:
                 stop.set()

@@ -7,9 +7,13 @@ import binascii
 import os
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_durable.errors import ConfigurationError
 
@@ -21,6 +25,58 @@ DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+_MASK = "***"
+
+
+def mask_url(url: str) -> str:
+    """``url`` as it may be shown: every password replaced by ``***``.
+
+    Masks the password of a URL's user info (``redis://user:secret@host``,
+    ``postgresql://user:secret@host/db``), ``password=`` / ``sslpassword=`` in its query
+    (``?password=secret``) and in libpq key/value conninfo (``host=h password=secret``).
+    A string that parses as neither is not shown at all.
+    """
+    if "://" in url:
+        masked = _mask_uri(url)
+        if url.startswith(("postgresql://", "postgres://")):
+            return _mask_conninfo(url, masked)
+        return masked
+    return _mask_conninfo(url, url)
+
+
+def _mask_uri(url: str) -> str:
+    """``url`` with the password of its user info and its secret query values masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(a URL that does not parse)"
+    netloc = parts.netloc
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:{_MASK}@{hosts}"
+    query = "&".join(
+        f"{key}={_MASK}" if unquote(key).lower() in _SECRET_PARAMS else f"{key}{eq}{value}"
+        for key, eq, value in (pair.partition("=") for pair in parts.query.split("&"))
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _mask_conninfo(conninfo: str, shown: str) -> str:
+    """``shown`` (``conninfo`` or its masked URI form) if it reveals none of the libpq
+    secrets ``conninfo`` holds, else ``conninfo`` as key/value pairs with them masked."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return shown if "://" in conninfo else "(a connection string that does not parse)"
+    secrets = [str(v) for k, v in params.items() if k in _SECRET_PARAMS and v]
+    if not any(secret in unquote(shown) or secret in shown for secret in secrets):
+        return shown
+    return make_conninfo(
+        "", **{k: _MASK if k in _SECRET_PARAMS else v for k, v in params.items()}
+    )
 
 
 def seconds(value: float | timedelta) -> float:
@@ -128,13 +184,15 @@ class SaverConfig:
                 f"schema must be a plain SQL identifier (letters, digits, '_'); got {self.schema!r}"
             )
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
-            raise ConfigurationError(f"redis_url must be a redis:// URL, got {self.redis_url!r}")
+            raise ConfigurationError(
+                f"redis_url must be a redis:// URL, got {mask_url(self.redis_url)!r}"
+            )
         if not self.postgres_url.startswith(("postgresql://", "postgres://")) and "=" not in (
             self.postgres_url
         ):
             raise ConfigurationError(
                 f"postgres_url must be a postgresql:// URL or libpq conninfo, "
-                f"got {self.postgres_url!r}"
+                f"got {mask_url(self.postgres_url)!r}"
             )
         for name in (
             "hot_ttl",
@@ -181,6 +239,11 @@ class SaverConfig:
             )
         if current is not None and current not in self.encryption:
             raise ConfigurationError(f"encryption_key_id {current!r} is not a key of encryption")
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        shown.update(redis_url=mask_url(self.redis_url), postgres_url=mask_url(self.postgres_url))
+        return f"SaverConfig({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @classmethod
     def from_env(cls, **overrides: object) -> SaverConfig:

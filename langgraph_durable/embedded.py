@@ -13,6 +13,12 @@ data directories never clash and nothing is reachable from the network::
         servers.redis_url     # unix:///var/lib/langgraph-durable/run/valkey.sock
         servers.postgres_url  # postgresql://postgres@/langgraph?host=/var/lib/langgraph-durable/pg
 
+or, for a set-up `DurableSaver` on them that stops them when it is closed::
+
+    from langgraph_durable.embedded import embedded_saver
+
+    saver = embedded_saver("/var/lib/langgraph-durable", write_mode="behind")
+
 Layout of the data directory (default ``$LGD_DATA_DIR``, else
 ``$XDG_DATA_HOME/langgraph-durable``, else ``~/.local/share/langgraph-durable``)::
 
@@ -64,7 +70,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final, Self
+from typing import IO, Any, Final, Self
 from urllib.parse import quote
 
 from langgraph_durable._embedded import postgres, supervisor, valkey
@@ -74,6 +80,7 @@ from langgraph_durable._embedded.postgres import PG_ROLE as PG_ROLE
 from langgraph_durable._embedded.postgres import PG_SYSTEM_USER as PG_SYSTEM_USER
 from langgraph_durable._embedded.supervisor import RunAs, logger
 from langgraph_durable.errors import ConfigurationError
+from langgraph_durable.saver import DurableSaver
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -82,6 +89,7 @@ __all__ = [
     "PG_SYSTEM_USER",
     "EmbeddedServers",
     "default_data_dir",
+    "embedded_saver",
     "start_embedded",
 ]
 
@@ -136,12 +144,12 @@ class EmbeddedServers:
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self.log_dir: Path = self.data_dir / "log"
-        self._run_dir = self.data_dir / "run"
+        self._state_dir = self.data_dir / "run"
         self._pg_spec = postgres.server_spec(
-            self.data_dir / "pg", run_dir=self._run_dir, log_dir=self.log_dir
+            self.data_dir / "pg", run_dir=self._state_dir, log_dir=self.log_dir
         )
         self._valkey_spec = valkey.server_spec(
-            self.data_dir / "valkey", run_dir=self._run_dir, log_dir=self.log_dir
+            self.data_dir / "valkey", run_dir=self._state_dir, log_dir=self.log_dir
         )
         self._lock = threading.RLock()
         self._lock_file: IO[str] | None = None
@@ -223,7 +231,7 @@ class EmbeddedServers:
             )
             pg_bin = postgres.bin_dir(self._pg_spec.workdir)
             self._prepare_dirs(run_as, pg_bin)
-            self._lock_file = supervisor.lock_data_dir(self._run_dir / "lock", self.data_dir)
+            self._lock_file = supervisor.lock_data_dir(self._state_dir / "lock", self.data_dir)
             try:
                 self._stop_leftovers()
                 postgres.init_pgdata(
@@ -304,7 +312,7 @@ class EmbeddedServers:
         elif not self.data_dir.is_dir():
             raise ConfigurationError(f"data directory {self.data_dir} is not a folder")
         self._check_access(run_as, pg_bin)
-        for folder in (self._run_dir, self.log_dir, self._valkey_spec.workdir):
+        for folder in (self._state_dir, self.log_dir, self._valkey_spec.workdir):
             folder.mkdir(mode=0o700, exist_ok=True)
 
     def _release_lock(self) -> None:
@@ -387,3 +395,33 @@ def start_embedded(
     return EmbeddedServers(
         data_dir, startup_timeout=startup_timeout, shutdown_timeout=shutdown_timeout
     ).start()
+
+
+def embedded_saver(data_dir: str | os.PathLike[str] | None = None, **options: Any) -> DurableSaver:
+    """A set-up `DurableSaver` on embedded PostgreSQL and Valkey servers (extra ``[embedded]``).
+
+    The servers start, keep their data in ``data_dir`` (default `default_data_dir()`) across
+    restarts, and stop when the saver is closed or the process exits.
+
+    Args:
+        data_dir: Data directory; defaults to `default_data_dir()`.
+        **options: `DurableSaver` options (``write_mode``, ``key_prefix``, ``schema``, …).
+
+    Raises:
+        ConfigurationError: the ``embedded`` extra is not installed, the data dir cannot be
+            used, or an option is invalid.
+        TierUnavailableError: a server did not start (its log tail is in the message).
+    """
+    servers = start_embedded(data_dir)
+    try:
+        saver = DurableSaver(servers.redis_url, servers.postgres_url, **options)
+    except BaseException:
+        servers.stop()
+        raise
+    saver.on_close(servers.stop)
+    try:
+        saver.setup()
+    except BaseException:
+        saver.close()
+        raise
+    return saver

@@ -13,23 +13,28 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from langgraph_durable._core import journal
+from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import TierUnavailableError
-
-if TYPE_CHECKING:
-    from langgraph_durable.saver import DurableSaver
 
 logger = logging.getLogger("langgraph_durable")
 
 
-def drain(saver: DurableSaver) -> int:
+class HasEngine(Protocol):
+    """A `DurableSaver` (or anything that runs operations through an engine)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+
+def drain(engine: Engine) -> int:
     """Move batches to Postgres until the journal has nothing this flusher may take."""
     moved = 0
     while True:
-        n = saver._run(journal.flush_batch(saver._ctx))
+        n = engine.run(journal.flush_batch(engine.context))
         moved += n
         if n == 0:
             return moved
@@ -38,8 +43,8 @@ def drain(saver: DurableSaver) -> int:
 class BackgroundFlusher:
     """Drains the journal every ``flush_interval`` on a daemon thread until stopped."""
 
-    def __init__(self, saver: DurableSaver) -> None:
-        self._saver = saver
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._loop, name="langgraph-durable-flusher", daemon=True
@@ -51,10 +56,10 @@ class BackgroundFlusher:
         self._thread.start()
 
     def _loop(self) -> None:
-        interval = seconds(self._saver.config.flush_interval)
+        interval = seconds(self._engine.config.flush_interval)
         while not self._stop.wait(interval):
             try:
-                drain(self._saver)
+                drain(self._engine)
             except TierUnavailableError as exc:
                 self.failures += 1
                 self.last_error = str(exc)
@@ -74,7 +79,7 @@ class BackgroundFlusher:
 
 
 def run_flusher(
-    saver: DurableSaver, *, follow: bool = False, stop: threading.Event | None = None
+    saver: HasEngine, *, follow: bool = False, stop: threading.Event | None = None
 ) -> int:
     """Standalone worker (``python -m langgraph_durable flush [--follow]``).
 
@@ -89,11 +94,12 @@ def run_flusher(
 
         signal.signal(signal.SIGTERM, _handler)
         signal.signal(signal.SIGINT, _handler)
-    moved = drain(saver)
-    interval = seconds(saver.config.flush_interval)
+    engine = saver.engine
+    moved = drain(engine)
+    interval = seconds(engine.config.flush_interval)
     while follow and not stop.is_set():
         try:
-            moved += drain(saver)
+            moved += drain(engine)
         except TierUnavailableError as exc:
             logger.warning("flusher: %s", exc)
             stop.wait(1.0)
@@ -102,11 +108,12 @@ def run_flusher(
     return moved
 
 
-def wait_until_flushed(saver: DurableSaver, timeout: float) -> bool:
+def wait_until_flushed(saver: HasEngine, timeout: float) -> bool:
     """Poll until the journal is empty (another flusher may be draining it)."""
+    engine = saver.engine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _, _, length = saver._run(journal.journal_state(saver._ctx))
+        _, _, length = engine.run(journal.journal_state(engine.context))
         if length == 0:
             return True
         time.sleep(0.01)

@@ -1,9 +1,9 @@
 """`DurableSaver`: a LangGraph checkpointer with a Redis hot tier over a Postgres system of record.
 
 Every method exists in both flavours on the same object; each is one line that hands a
-sans-I/O operation from `_core.ops` to the blocking or the asyncio driver. Blocking
-clients are shared by all threads; asyncio clients belong to the event loop that made
-them, so successive ``asyncio.run`` calls keep working.
+sans-I/O operation from `_core.ops` to the saver's engine (``saver.engine``), which runs it
+with the blocking clients (shared by all threads) or the running event loop's (so
+successive ``asyncio.run`` calls keep working).
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import asyncio
 import logging
 import random
 import threading
-import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -30,18 +29,14 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import hot, journal, migrate, ops
-from langgraph_durable._core.ledger_sql import LEDGER_MIGRATIONS
-from langgraph_durable._core.requests import Breaker, Context, MarkClock, Op
-from langgraph_durable._core.seal import Codec, Seal
-from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration, Statements
+from langgraph_durable._core.ledger.sql import LEDGER_MIGRATIONS
+from langgraph_durable._core.requests import Op
+from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._core.strict import default_serde
-from langgraph_durable._tiers import aio, sync
+from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
 from langgraph_durable.errors import TierUnavailableError
 from langgraph_durable.flusher import BackgroundFlusher
-
-if TYPE_CHECKING:
-    from langgraph_durable.embedded import EmbeddedServers
 from langgraph_durable.ledger import Ledger
 
 logger = logging.getLogger("langgraph_durable")
@@ -68,6 +63,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
         **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings,
             ``secret``, ``encryption``, ``allowed_types``).
 
+    Attributes:
+        config: the saver's `SaverConfig`.
+        engine: runs the saver's operations (its context, clients and lease heartbeats);
+            the ledger, the flusher and the CLI use it too.
+
     Raises:
         ConfigurationError: an option is invalid.
     """
@@ -92,20 +92,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             **options,
         )
         super().__init__(serde=default_serde(serde, self.config))
-        self._ctx = Context(
-            config=self.config,
-            statements=Statements(self.config.schema),
-            serde=Codec(self.serde, Seal.of(self.config)),
-            breaker=Breaker(seconds(self.config.breaker_cooldown)),
-            marks=MarkClock(seconds(self.config.stale_poll_interval)),
-        )
+        self.engine = Engine(self.config, self.serde)
+        self._ctx = self.engine.context
         self._lock = threading.Lock()
-        self._sync: sync.Tiers | None = None
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aio.Tiers] = (
-            weakref.WeakKeyDictionary()
-        )
         self._flusher: BackgroundFlusher | None = None
-        self._embedded: EmbeddedServers | None = None
+        self._on_close: list[Callable[[], None]] = []
         self._behind = self.config.write_mode == "behind"
         self._background = self._behind and self.config.background_flush
         self._ledger: Ledger | None = None
@@ -113,7 +104,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
     @property
     def migrations(self) -> tuple[Migration, ...]:
         """Every schema migration `setup` applies."""
-        return CORE_MIGRATIONS + LEDGER_MIGRATIONS
+        return tuple(sorted(CORE_MIGRATIONS + LEDGER_MIGRATIONS, key=lambda m: m.version))
 
     @property
     def ledger(self) -> Ledger:
@@ -121,57 +112,21 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if self._ledger is None:
             with self._lock:
                 if self._ledger is None:
-                    self._ledger = Ledger(self)
+                    self._ledger = Ledger(self.engine)
         return self._ledger
 
-    # ------------------------------------------------------------------ drivers
-
-    def _tiers(self) -> sync.Tiers:
-        if self._sync is None:
-            with self._lock:
-                if self._sync is None:
-                    tiers = sync.Tiers(self.config, self._ctx.latencies)
-                    tiers.open()
-                    self._sync = tiers
-        return self._sync
-
-    async def _atiers(self) -> aio.Tiers:
-        loop = asyncio.get_running_loop()
-        tiers = self._aio.get(loop)
-        if tiers is None:
-            fresh = aio.Tiers(self.config, self._ctx.latencies)
-            await fresh.open()
-            tiers = self._aio.setdefault(loop, fresh)  # two first calls may race here
-            if tiers is not fresh:
-                await fresh.close()
-        return tiers
-
-    def _run(self, op: Op[T]) -> T:
-        tiers = self._tiers()
-        if self._ctx.breaker.should_probe():
-            tiers.run(ops.recover_hot(self._ctx))
-        elif self._ctx.marks.due():
-            tiers.run(ops.poll_marks(self._ctx))
-        return tiers.run(op)
-
-    async def _arun(self, op: Op[T]) -> T:
-        tiers = await self._atiers()
-        if self._ctx.breaker.should_probe():
-            await tiers.run(ops.recover_hot(self._ctx))
-        elif self._ctx.marks.due():
-            await tiers.run(ops.poll_marks(self._ctx))
-        return await tiers.run(op)
+    # ------------------------------------------------------------------ writes
 
     def _write(self, op: Op[T]) -> T:
         """Run a write; in write-behind mode the first one starts the background flusher."""
         if self._background and self._flusher is None:
             self._start_flusher()
-        return self._run(op)
+        return self.engine.run(op)
 
     async def _awrite(self, op: Op[T]) -> T:
         if self._background and self._flusher is None:
             self._start_flusher()
-        return await self._arun(op)
+        return await self.engine.arun(op)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,18 +139,18 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 then serves from Postgres until it is back).
             SchemaVersionError: the schema was migrated by a newer release.
         """
-        self._tiers().run(migrate.setup(self.config.schema, self.migrations))
-        self._run(hot.connect(self._ctx))
+        self.engine.run(migrate.setup(self.config.schema, self.migrations))
+        self.engine.run(hot.connect(self._ctx))
 
     async def asetup(self) -> None:
         """Async twin of `setup`."""
-        await (await self._atiers()).run(migrate.setup(self.config.schema, self.migrations))
-        await self._arun(hot.connect(self._ctx))
+        await self.engine.arun(migrate.setup(self.config.schema, self.migrations))
+        await self.engine.arun(hot.connect(self._ctx))
 
     def _start_flusher(self) -> None:
         with self._lock:
             if self._flusher is None:
-                self._flusher = BackgroundFlusher(self)
+                self._flusher = BackgroundFlusher(self.engine)
                 self._flusher.start()
 
     def flush(self, timeout: float | None = None) -> int:
@@ -209,21 +164,21 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """
         if not self._behind:
             return 0
-        return self._run(journal.flush(self._ctx, timeout))
+        return self.engine.run(journal.flush(self._ctx, timeout))
 
     async def aflush(self, timeout: float | None = None) -> int:
         """Async twin of `flush`."""
         if not self._behind:
             return 0
-        return await self._arun(journal.flush(self._ctx, timeout))
+        return await self.engine.arun(journal.flush(self._ctx, timeout))
 
     def health(self) -> dict[str, Any]:
         """Tier reachability, breaker state, flush backlog and lag, latency percentiles."""
-        return self._health(self._run(ops.health(self._ctx)))
+        return self._health(self.engine.run(ops.health(self._ctx)))
 
     async def ahealth(self) -> dict[str, Any]:
         """Async twin of `health`."""
-        return self._health(await self._arun(ops.health(self._ctx)))
+        return self._health(await self.engine.arun(ops.health(self._ctx)))
 
     def _health(self, report: dict[str, Any]) -> dict[str, Any]:
         report["flush"]["flusher_failures"] = self._flusher.failures if self._flusher else 0
@@ -240,25 +195,24 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 logger.warning(
                     "close: acknowledged writes left in Redis for a later flusher: %s", exc
                 )
-        if self._ledger is not None:
-            self._ledger.close()
+        self.engine.close()
         with self._lock:
-            tiers, self._sync = self._sync, None
-        if tiers is not None:
-            tiers.close()
-        servers, self._embedded = self._embedded, None
-        if servers is not None:
-            servers.stop()
+            callbacks, self._on_close = self._on_close, []
+        for callback in reversed(callbacks):
+            callback()
 
     async def aclose(self) -> None:
         """Close the current event loop's clients (and the blocking ones, after the
         flusher's final drain)."""
-        loop = asyncio.get_running_loop()
-        tiers = self._aio.pop(loop, None)
-        if tiers is not None:
-            await tiers.close()
-        if self._sync is not None or self._flusher is not None:
+        await self.engine.aclose()
+        if self.engine.has_blocking_clients or self._flusher is not None or self._on_close:
             await asyncio.to_thread(self.close)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, after `close` closed the clients (last registered, first
+        called); e.g. to stop servers the saver was made for."""
+        with self._lock:
+            self._on_close.append(callback)
 
     def __enter__(self) -> DurableSaver:
         return self
@@ -308,40 +262,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
         finally:
             await saver.aclose()
 
-    @classmethod
-    def embedded(cls, data_dir: str | None = None, **options: Any) -> DurableSaver:
-        """A set-up saver on embedded PostgreSQL and Valkey servers (extra ``[embedded]``).
-
-        The servers start, keep their data
-        in ``data_dir`` (default ``$LGD_DATA_DIR`` or ``~/.local/share/langgraph-durable``)
-        across restarts, and stop when the saver is closed or the process exits.
-
-        Raises:
-            ConfigurationError: the ``embedded`` extra is not installed, or the data dir
-                cannot be used.
-            TierUnavailableError: a server did not start (its log tail is in the message).
-        """
-        from langgraph_durable.embedded import start_embedded
-
-        servers = start_embedded(data_dir)
-        saver = cls(servers.redis_url, servers.postgres_url, **options)
-        saver._embedded = servers
-        try:
-            saver.setup()
-        except BaseException:
-            saver.close()
-            raise
-        return saver
-
     # ------------------------------------------------------------------ reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config`` (or its thread's latest) with pending writes."""
-        return self._run(ops.get_tuple(self._ctx, config))
+        return self.engine.run(ops.get_tuple(self._ctx, config))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async twin of `get_tuple`."""
-        return await self._arun(ops.get_tuple(self._ctx, config))
+        return await self.engine.arun(ops.get_tuple(self._ctx, config))
 
     def list(
         self,
@@ -352,7 +281,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; ``filter`` matches metadata, ``limit`` runs in SQL."""
-        yield from self._run(
+        yield from self.engine.run(
             ops.list_checkpoints(self._ctx, config, filter=filter, before=before, limit=limit)
         )
 
@@ -365,7 +294,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async twin of `list`."""
-        for item in await self._arun(
+        for item in await self.engine.arun(
             ops.list_checkpoints(self._ctx, config, filter=filter, before=before, limit=limit)
         ):
             yield item
@@ -374,13 +303,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Writes and seed of each channel along the parent chain, in a few round trips."""
-        return self._run(ops.delta_channel_history(self._ctx, config, channels))
+        return self.engine.run(ops.delta_channel_history(self._ctx, config, channels))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async twin of `get_delta_channel_history`."""
-        return await self._arun(ops.delta_channel_history(self._ctx, config, channels))
+        return await self.engine.arun(ops.delta_channel_history(self._ctx, config, channels))
 
     # ------------------------------------------------------------------ writes
 
@@ -427,36 +356,36 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str, *, keep_ledger: bool = False) -> None:
         """Delete a thread's checkpoints, blobs and writes from both tiers, and its tool
         ledger records unless ``keep_ledger``."""
-        self._run(ops.delete_threads(self._ctx, [thread_id], keep_ledger=keep_ledger))
+        self.engine.run(ops.delete_threads(self._ctx, [thread_id], keep_ledger=keep_ledger))
 
     async def adelete_thread(self, thread_id: str, *, keep_ledger: bool = False) -> None:
         """Async twin of `delete_thread`."""
-        await self._arun(ops.delete_threads(self._ctx, [thread_id], keep_ledger=keep_ledger))
+        await self.engine.arun(ops.delete_threads(self._ctx, [thread_id], keep_ledger=keep_ledger))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) that the given runs created."""
-        self._run(ops.delete_for_runs(self._ctx, run_ids))
+        self.engine.run(ops.delete_for_runs(self._ctx, run_ids))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async twin of `delete_for_runs`."""
-        await self._arun(ops.delete_for_runs(self._ctx, run_ids))
+        await self.engine.arun(ops.delete_for_runs(self._ctx, run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's whole history (every ancestor and its writes) to another id."""
-        self._run(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
+        self.engine.run(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async twin of `copy_thread`."""
-        await self._arun(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
+        await self.engine.arun(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep each namespace's latest checkpoint and what its
         `DeltaChannel` values and pending interrupts need; ``"delete"``: delete the threads."""
-        self._run(ops.prune(self._ctx, thread_ids, strategy))
+        self.engine.run(ops.prune(self._ctx, thread_ids, strategy))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async twin of `prune`."""
-        await self._arun(ops.prune(self._ctx, thread_ids, strategy))
+        await self.engine.arun(ops.prune(self._ctx, thread_ids, strategy))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Monotonic, sortable version strings (as `InMemorySaver` makes them)."""

@@ -3,8 +3,9 @@
 Each call is claimed in the saver's tool ledger (Postgres) before the tool runs and its
 outcome recorded after, so a resumed graph replays a finished call instead of repeating
 it, and a call interrupted by a crash is reported as uncertain and settled by the tool's
-policy. The protocol is `_core.ledger.call`; this module answers its requests, once for
-blocking and once for asyncio callers (`_drive` / `_adrive`, line-by-line mirrors).
+policy. The protocol is `_core.ledger.call`, run by the saver's engine; this module
+answers the tool effects it yields (`Invoke`, `Verify`, `Ask`), once for blocking and once
+for asyncio callers.
 """
 
 from __future__ import annotations
@@ -32,18 +33,12 @@ from pydantic import PrivateAttr, ValidationError
 
 from langgraph_durable._core import ledger as core
 from langgraph_durable._core.keys import check_text
-from langgraph_durable._core.ledger_keys import (
-    ACTIVE,
-    derive_key,
-    explicit_key,
-    fingerprint,
-    process_owner,
-)
-from langgraph_durable._core.requests import Op, Request
+from langgraph_durable._core.ledger.keys import derive_key, explicit_key, fingerprint
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import ConfigurationError, ToolCallError
 
 if TYPE_CHECKING:
+    from langgraph_durable._tiers.engine import Engine
     from langgraph_durable.saver import DurableSaver
 
 logger = logging.getLogger("langgraph_durable")
@@ -142,76 +137,47 @@ class DurableTool(BaseTool):
             Exception: whatever the wrapped tool raised (live or recorded).
         """
         saver, spec = self._call_spec(tool_input, kwargs.get("config"), kwargs.get("tool_call_id"))
-        with _handling(spec.key):
-            result = self._drive(saver, core.call(saver._ctx, spec),
-                                 lambda: self.inner.run(tool_input, *args, **kwargs))
+        engine = saver.engine
+
+        def effect(request: Any) -> Any:
+            if isinstance(request, core.Invoke):
+                with _running(engine, request):
+                    try:
+                        return core.Returned(self.inner.run(tool_input, *args, **kwargs))
+                    except BaseException as exc:
+                        return self._raised(exc)
+            if isinstance(request, core.Verify):
+                return self._verify(request)
+            assert isinstance(request, core.Ask)
+            return interrupt(request.payload)
+
+        with engine.handling(spec.key):
+            result = engine.run(core.call(engine.context, spec), effect)
         return _present(result, kwargs.get("tool_call_id"), self.name)
 
     async def arun(self, tool_input: str | dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         """Async twin of `run` (``ainvoke`` lands here)."""
         saver, spec = self._call_spec(tool_input, kwargs.get("config"), kwargs.get("tool_call_id"))
-        with _handling(spec.key):
-            result = await self._adrive(saver, core.call(saver._ctx, spec),
-                                        lambda: self.inner.arun(tool_input, *args, **kwargs))
+        engine = saver.engine
+
+        async def effect(request: Any) -> Any:
+            if isinstance(request, core.Invoke):
+                with _running(engine, request):
+                    try:
+                        return core.Returned(await self.inner.arun(tool_input, *args, **kwargs))
+                    except BaseException as exc:
+                        return self._raised(exc)
+            if isinstance(request, core.Verify):
+                return await self._averify(request)
+            assert isinstance(request, core.Ask)
+            return interrupt(request.payload)
+
+        with engine.handling(spec.key):
+            result = await engine.arun(core.call(engine.context, spec), effect)
         return _present(result, kwargs.get("tool_call_id"), self.name)
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("DurableTool runs through run()/invoke()")
-
-    # The two drivers answer the protocol's requests. They are line-by-line mirrors that
-    # differ only in `await` (checked by tests/test_tool_ledger.py).
-
-    def _drive(self, saver: DurableSaver, op: core.CallOp[Any],
-               invoke: Callable[[], Any]) -> Any:
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                request = op.throw(error) if error is not None else op.send(reply)
-            except StopIteration as stop:
-                return stop.value
-            reply, error = None, None
-            try:
-                if isinstance(request, core.Invoke):
-                    with _running(saver, request):
-                        try:
-                            reply = core.Returned(invoke())
-                        except BaseException as exc:
-                            reply = self._raised(exc)
-                elif isinstance(request, core.Verify):
-                    reply = self._verify(request)
-                elif isinstance(request, core.Ask):
-                    reply = interrupt(request.payload)
-                else:
-                    reply = saver._run(_forward(request))
-            except Exception as exc:
-                error = exc
-
-    async def _adrive(self, saver: DurableSaver, op: core.CallOp[Any],
-                      invoke: Callable[[], Awaitable[Any]]) -> Any:
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                request = op.throw(error) if error is not None else op.send(reply)
-            except StopIteration as stop:
-                return stop.value
-            reply, error = None, None
-            try:
-                if isinstance(request, core.Invoke):
-                    with _running(saver, request):
-                        try:
-                            reply = core.Returned(await invoke())
-                        except BaseException as exc:
-                            reply = self._raised(exc)
-                elif isinstance(request, core.Verify):
-                    reply = await self._averify(request)
-                elif isinstance(request, core.Ask):
-                    reply = interrupt(request.payload)
-                else:
-                    reply = await saver._arun(_forward(request))
-            except Exception as exc:
-                error = exc
 
     def _raised(self, error: BaseException) -> core.Raised:
         if isinstance(error, GraphBubbleUp):
@@ -280,7 +246,7 @@ class DurableTool(BaseTool):
             key=key, thread_id=thread_id, checkpoint_ns=ns, call_ref=call_ref,
             tool_call_id=tool_call_id, task_id=str(task_id) if task_id else None,
             tool=self.name, args=args, fingerprint=fingerprint(args),
-            owner=process_owner().text, policy=options.policy,
+            owner=saver.engine.owner, policy=options.policy,
         )
 
     def _model_args(self, tool_input: str | dict[str, Any]) -> Any:
@@ -309,27 +275,12 @@ def _position(scratchpad: object, task_id: str) -> int:
     return next(current[1])
 
 
-def _forward(request: Request) -> Op[Any]:
-    """A one-request operation, to hand a protocol step to the saver's driver."""
-    return (yield request)
-
-
 @contextmanager
-def _handling(key: str) -> Iterator[None]:
-    """Register the key as handled by this process from before its claim until after its
-    outcome, so a concurrent caller here never takes a live call for a dead one."""
-    ACTIVE.enter(key)
-    try:
-        yield
-    finally:
-        ACTIVE.leave(key)
-
-
-@contextmanager
-def _running(saver: DurableSaver, request: core.Invoke) -> Iterator[None]:
+def _running(engine: Engine, request: core.Invoke) -> Iterator[None]:
+    """Expose the call's key to `current_idempotency_key` and keep its lease alive."""
     token = _CURRENT_KEY.set(request.key)
     try:
-        with saver.ledger._track(request.key, request.attempt, request.lease):
+        with engine.leases.track(request.key, request.attempt, request.lease):
             yield
     finally:
         _CURRENT_KEY.reset(token)

@@ -1,7 +1,8 @@
 """Test fixtures: real Redis and Postgres, one Postgres schema and Redis prefix per module.
 
 URLs come from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` (defaults: the local servers).
-Nothing here flushes a server or touches keys and schemas it did not create.
+Nothing here flushes a server or touches keys and schemas it did not create. The tests in
+``tests/core/`` drive the sans-I/O core with a scripted fake driver and need no server.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -26,8 +28,20 @@ _HOWTO = (
 )
 
 
+SERVER_FREE = Path(__file__).parent / "core"
+
+
+def _server_free_only(config: pytest.Config) -> bool:
+    """Whether every path given on the command line is inside ``tests/core/``."""
+    paths = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    return bool(paths) and all(path.is_relative_to(SERVER_FREE) for path in paths)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Fail the whole run at once, with a how-to, if a server is missing."""
+    """Fail the whole run at once, with a how-to, if a server is missing (unless only the
+    server-free core tests were asked for)."""
+    if _server_free_only(session.config):
+        return
     try:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
     except redis.exceptions.RedisError as exc:

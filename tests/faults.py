@@ -26,10 +26,12 @@ def free_port() -> int:
 class PrivateRedis:
     """A redis-server of the test's own, on its own port and directory."""
 
-    def __init__(self, workdir: Path, *, appendonly: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, appendonly: str | None = None,
+                 password: str | None = None) -> None:
         self.port = free_port()
         self.dir = workdir
         self.appendonly = appendonly
+        self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
         self.binary = shutil.which("redis-server") or "redis-server"
 
@@ -44,8 +46,10 @@ class PrivateRedis:
             args += ["--appendonly", "yes", "--appendfsync", self.appendonly]
         else:
             args += ["--appendonly", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args)
-        client = redis.Redis(port=self.port)
+        client = redis.Redis(port=self.port, password=self.password)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -72,8 +76,9 @@ class PrivateRedis:
 
 
 @contextlib.contextmanager
-def private_redis(workdir: Path, *, appendonly: str | None = None) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(workdir, appendonly=appendonly)
+def private_redis(workdir: Path, *, appendonly: str | None = None,
+                  password: str | None = None) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(workdir, appendonly=appendonly, password=password)
     server.start()
     try:
         yield server

@@ -32,9 +32,14 @@ def _cold_ids(schema: str, thread: str) -> set[str]:
     return {r[0] for r in rows}
 
 
+# Long enough that no worker of a wave finishes before the test reaches its kill point.
+STEPS = 120
+
+
 def _start(thread: str, schema: str, prefix: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.kill_worker", thread, schema, prefix, "behind", "60"],
+        [sys.executable, "-m", "tests.kill_worker", thread, schema, prefix, "behind",
+         str(STEPS)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
 
 
@@ -72,8 +77,8 @@ def test_thirty_kills_lose_no_acknowledged_checkpoint(
         assert acked and set(acked) <= _cold_ids(schema, thread), thread
     for thread, _ in runs[:5]:
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 1000}
-        out = build(saver, 60).invoke(None, config, durability="sync")
-        assert out["count"] == 60 and out["trail"] == list(range(1, 61))
+        out = build(saver, STEPS).invoke(None, config, durability="sync")
+        assert out["count"] == STEPS and out["trail"] == list(range(1, STEPS + 1))
 
 
 def _put(saver: DurableSaver, thread: str, i: int) -> str:

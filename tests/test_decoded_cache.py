@@ -18,9 +18,9 @@ def test_cache_serves_repeat_reads_and_sees_other_writers(make_saver: Any) -> No
     chat_graph(writer).invoke({"messages": [("user", "one")]}, config)
     writer.flush()
     first = reader.get_tuple(config)
-    hits = reader._ctx.cache.hits
+    hits = reader.engine.context.cache.hits
     again = reader.get_tuple(config)
-    assert reader._ctx.cache.hits == hits + 1
+    assert reader.engine.context.cache.hits == hits + 1
     assert again == first
 
     chat_graph(writer).invoke({"messages": [("user", "two")]}, config)

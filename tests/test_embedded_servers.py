@@ -337,21 +337,22 @@ def test_untraversable_parent_is_reported_not_loosened(tmp_path: Path) -> None:
 
 
 def test_durable_saver_embedded_keeps_state_across_restarts(data_root: Path) -> None:
-    """DurableSaver.embedded() runs a graph on its own servers, stops them on close, and a
-    second saver on the same data dir resumes the thread."""
-    from langgraph_durable import DurableSaver
+    """embedded_saver() runs a graph on its own servers, stops them on close, and a second
+    saver on the same data dir resumes the thread."""
+    from langgraph_durable.embedded import embedded_saver
     from tests.graphs import chat_graph
 
     data_dir = data_root / "saver"
     config = {"configurable": {"thread_id": "embedded-thread"}}
-    saver = DurableSaver.embedded(str(data_dir), write_mode="behind")
+    saver = embedded_saver(str(data_dir), write_mode="behind")
     chat_graph(saver).invoke({"messages": [("user", "one")]}, config)
-    servers = saver._embedded
-    assert servers is not None and servers.running
+    redis_url = saver.config.redis_url
+    assert redis.Redis.from_url(redis_url).ping()
     saver.close()  # final flush, then the servers stop
-    assert not servers.running
+    with pytest.raises(redis.exceptions.ConnectionError):
+        redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
 
-    again = DurableSaver.embedded(str(data_dir))
+    again = embedded_saver(str(data_dir))
     try:
         out = chat_graph(again).invoke({"messages": [("user", "two")]}, config)
         assert [m.content for m in out["messages"]][:5] == [

@@ -5,11 +5,10 @@ thread back or forked a thread. Separate saver objects stand in for separate pro
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,7 +23,7 @@ from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailable
 from langgraph_durable._core import ops
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold
-from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
+from tests.conftest import POSTGRES_URL, REDIS_URL
 from tests.faults import Proxy
 from tests.graphs import chat_graph
 
@@ -67,6 +66,10 @@ def _forget_hot(saver: DurableSaver, thread: str) -> None:
     for key in client.scan_iter(match=keys.base.replace("{", "[{]").replace("}", "[}]") + "*"):
         client.delete(key)
     client.close()
+
+
+def _no_effects(request: Any) -> Any:
+    raise AssertionError(f"a checkpoint operation asked for a tool effect: {request!r}")
 
 
 def _cold_ids(saver: DurableSaver, thread: str) -> list[str]:
@@ -142,7 +145,7 @@ def test_write_behind_with_redis_unreachable_fails_closed_and_keeps_one_line(
                              breaker_cooldown=0.1, background_flush=False, pool_timeout=2)
         saver.setup()
         thread = f"t-{uuid.uuid4()}"
-        first, second = _chain(saver, thread, ["v1", "v2"])
+        _, second = _chain(saver, thread, ["v1", "v2"])
         proxy.cut()
         with pytest.raises(TierUnavailableError) as read_error:
             saver.get_tuple(_config(thread))
@@ -174,16 +177,16 @@ def test_a_readers_warm_never_overwrites_newer_pending_writes(make_saver: Any) -
     (config,) = _chain(saver, thread, ["v1"])
     _forget_hot(saver, thread)
     reader = ops.get_tuple(saver._ctx, _config(thread))
-    tiers = saver._tiers()
+    tiers = saver.engine.tiers()
     request = next(reader)
     while not isinstance(request, Cold):  # up to the Postgres read
-        request = reader.send(tiers.execute(request))
-    row = tiers.execute(request)
+        request = reader.send(tiers.execute(request, _no_effects))
+    row = tiers.execute(request, _no_effects)
     saver.put_writes(config, [("value", "pending")], task_id="task-1")
     with pytest.raises(StopIteration):
         request = reader.send(row)
         while True:
-            request = reader.send(tiers.execute(request))
+            request = reader.send(tiers.execute(request, _no_effects))
     for process in (saver, make_saver(write_mode="through")):
         tup = process.get_tuple(_config(thread))
         assert tup is not None and tup.pending_writes == [("task-1", "value", "pending")]
@@ -362,7 +365,7 @@ def test_two_graph_runs_on_one_thread_never_fork_it(make_saver: Any) -> None:
     for saver in savers:
         saver.flush()
     history = list(savers[0].list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
-    for newer, older in zip(history, history[1:], strict=False):
+    for newer, older in itertools.pairwise(history):
         assert newer.parent_config is not None
         assert newer.parent_config["configurable"]["checkpoint_id"] == (
             older.config["configurable"]["checkpoint_id"])

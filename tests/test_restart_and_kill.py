@@ -68,12 +68,12 @@ def test_writer_that_died_after_commit_never_leaves_redis_stale(saver: DurableSa
     # Drive a put through its intent and its commit, then abandon it: a crash there.
     checkpoint = dict(head.checkpoint)
     checkpoint["id"] = str(uuid.UUID(int=uuid.UUID(head.checkpoint["id"]).int + 1))
-    op = ops.put(quick._ctx, head.config, checkpoint,  # type: ignore[arg-type]
+    op = ops.put(quick.engine.context, head.config, checkpoint,  # type: ignore[arg-type]
                  {"source": "update", "step": 99}, {})
-    tiers = quick._tiers()
+    tiers = quick.engine.tiers()
     request = next(op)
-    request = op.send(tiers.execute(request))  # the intent
-    tiers.execute(request)  # the commit; the Redis update never happens
+    request = op.send(tiers.execute(request, _no_effect))  # the intent
+    tiers.execute(request, _no_effect)  # the commit; the Redis update never happens
     op.close()
 
     keys = ThreadKeys(quick.config.key_prefix, config["configurable"]["thread_id"])
@@ -129,3 +129,8 @@ def test_killed_process_resumes_from_last_acknowledged_checkpoint(
             assert out["trail"] == list(range(1, 201))
         finally:
             resumed.close()
+
+
+def _no_effect(request: object) -> None:
+    """Storage operations yield no tool effects."""
+    raise AssertionError(f"unexpected effect {request!r}")

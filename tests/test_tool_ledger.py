@@ -5,9 +5,7 @@ retention following the thread. Crash recovery across processes is in
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import re
 import subprocess
 import sys
 import threading
@@ -34,8 +32,8 @@ from langgraph_durable import (
     current_idempotency_key,
     durable_tool,
 )
-from langgraph_durable._core.ledger_keys import derive_key, owner_gone, process_owner
-from langgraph_durable.tools import DurableTool
+from langgraph_durable._core.ledger.keys import derive_key
+from langgraph_durable._tiers.host import owner_gone, process_owner
 from tests import ledger_app as app
 from tests.conftest import POSTGRES_URL
 
@@ -604,18 +602,3 @@ def test_misuse_is_reported(saver: DurableSaver) -> None:
     echo = _echo(saver, [])
     with pytest.raises(ConfigurationError, match="thread_id"):
         echo.invoke(_call("echo", {"x": 1}), {})
-
-
-def test_async_driver_mirrors_sync_driver() -> None:
-    """The tool wrapper's asyncio driver is its blocking driver plus ``await``: they cannot
-    drift apart."""
-    rewrites = [
-        (r"async def _adrive", "def _drive"), (r"await self\._averify\(", "self._verify("),
-        (r"await saver\._arun\(", "saver._run("), (r"await invoke\(\)", "invoke()"),
-        (r"Callable\[\[\], Awaitable\[Any\]\]", "Callable[[], Any]"),
-    ]
-    source = inspect.getsource(DurableTool._adrive)
-    for pattern, replacement in rewrites:
-        source = re.sub(pattern, replacement, source)
-    lines = [line.strip() for line in source.splitlines()]
-    assert lines == [line.strip() for line in inspect.getsource(DurableTool._drive).splitlines()]

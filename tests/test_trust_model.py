@@ -291,7 +291,7 @@ def test_forged_journal_entry_never_reaches_postgres(
 def test_secret_is_never_shown(make_saver: Any) -> None:
     """Neither the config's repr nor the saver's seal shows the secret or the keys."""
     saver = make_saver(secret=SECRET, encryption={"k1": K1})
-    shown = repr(saver.config) + repr(saver._ctx.serde.seal)
+    shown = repr(saver.config) + repr(saver._ctx.seal)
     assert SECRET not in shown and K1.hex() not in shown and repr(K1) not in shown
 
 
@@ -335,7 +335,7 @@ def test_key_rotation(make_saver: Any) -> None:
     drop_prefix(rotated.config.key_prefix)
     assert rotated.get_tuple(old).checkpoint["channel_values"]["notes"] == ["old"]  # type: ignore[union-attr]
     new = _seed(rotated, ["new"])
-    seal = rotated._ctx.serde.seal
+    seal = rotated._ctx.seal
     assert seal.key_id(_cold_blob(rotated, old)) == "k1"
     assert seal.key_id(_cold_blob(rotated, new)) == "k2"
     drop_prefix(rotated.config.key_prefix)

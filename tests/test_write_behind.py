@@ -144,8 +144,8 @@ def test_dead_flushers_batch_is_reclaimed(make_saver: Any) -> None:
     saver = make_saver(flush_interval=IDLE, reclaim_after=0.2)
     config = _run(saver, turns=1)
     dead = make_saver(flush_interval=IDLE)
-    op = journal.flush_batch(dead._ctx)
-    taken = dead._tiers().execute(next(op))  # the read: entries now pending for `dead`
+    op = journal.flush_batch(dead.engine.context)
+    taken = dead.engine.tiers().execute(next(op), _no_effect)  # the read: now pending for `dead`
     assert taken
     op.close()  # ... and the process is gone before its transaction
     import time
@@ -153,3 +153,8 @@ def test_dead_flushers_batch_is_reclaimed(make_saver: Any) -> None:
     time.sleep(0.3)
     saver.flush(timeout=10)
     assert _cold_count(saver, config["configurable"]["thread_id"]) == 5
+
+
+def _no_effect(request: object) -> None:
+    """Storage operations yield no tool effects."""
+    raise AssertionError(f"unexpected effect {request!r}")

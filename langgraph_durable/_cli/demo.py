@@ -41,16 +41,19 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, redact, redis_client
+from langgraph_durable._cli.probes import HotView, redis_client
+from langgraph_durable.config import mask_url
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
 from langgraph_durable.tools import current_idempotency_key, durable_tool
 
 if TYPE_CHECKING:
-    from langgraph_durable.cli import Target
+    from langgraph_durable._cli.target import Target
 
 ORDER_ID = "A-1001"
 CENTS = 4200
@@ -189,7 +192,7 @@ class _Worker:
                 return True
             if line is None:
                 return False
-            console.print(f"  [dim]{label} │[/] {line}")
+            console.print(f"  [dim]{label} │[/] {escape(line)}")
 
     def stderr_tail(self, lines: int = 15) -> str:
         text = self.log.read_text(errors="replace").splitlines()
@@ -254,8 +257,9 @@ def run_demo(console: Console, target: Target, *, embedded_dir: Path | None,
         "before the step finished; a new process resumes the thread from its checkpoint.",
     ])))
     where = "embedded servers in " + str(embedded_dir) if embedded_dir else "your servers"
-    console.print(f"servers: {where}\n  redis    {redact(str(target.redis_url))}\n"
-                  f"  postgres {redact(str(target.postgres_url))}\n"
+    console.print(f"servers: {escape(where)}\n"
+                  f"  redis    {escape(mask_url(str(target.redis_url)))}\n"
+                  f"  postgres {escape(mask_url(str(target.postgres_url)))}\n"
                   f"  schema {target.schema!r}, key prefix {target.prefix!r}, thread {thread_id!r}")
     saver = target.saver()
     try:
@@ -308,7 +312,8 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
     finally:
         client.close()
     console.print(views.history_table(f"history of thread {thread_id!r}", rows,
-                                      {resumed_from: "◀ resumed from"}, compact=True))
+                                      {resumed_from: "◀ resumed from"}, compact=True,
+                                      width=console.width))
     records = [r for r in ledger.list(thread_id) if r.tool == "charge_card"]
     console.print(views.ledger_table("the tool ledger", ledger.list(thread_id)))
     charges = _statement(bank)
@@ -330,20 +335,22 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
     console.print(views.note("final answer", answer or "(none)", style="green"))
     ok = all(v for v, _ in verdicts)
     flags = f"--schema {target.schema} --prefix {target.prefix}"
-    explore = [f"Explore it: langgraph-durable history {thread_id} {flags}",
-               f"            langgraph-durable ledger {thread_id} {flags}"]
-    if str(target.redis_url).startswith("unix://"):
-        explore.append("(embedded servers: run `langgraph-durable embedded up` and export the "
-                       "URLs it prints first)")
     console.print(views.note("verdict", Group(
         *(f"[{'green' if v else 'red'}]{'✔' if v else '✘'}[/] {text}" for v, text in verdicts),
         "",
         "The resumed run executed the tools step again: estimate_delivery ran a second time, "
         "charge_card was answered from the ledger. Without the ledger, the card would have "
         "been charged twice.",
-        "",
-        *explore,
     ), style="green" if ok else "red"))
+    # Commands as plain lines, never wrapped or boxed, so that they can be copied.
+    if str(target.redis_url).startswith("unix://"):
+        console.print("Explore it (embedded servers: run `langgraph-durable embedded up` and "
+                      "export the URLs it prints first):", markup=False)
+    else:
+        console.print("Explore it:")
+    for command in ("history", "ledger"):
+        console.print(Text(f"  langgraph-durable {command} {thread_id} {flags}"),
+                      soft_wrap=True)
     return ok
 
 

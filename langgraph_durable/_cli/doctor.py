@@ -12,19 +12,19 @@ from langgraph_durable._cli.probes import (
     RedisFacts,
     probe_postgres,
     probe_redis,
-    redact,
     redis_client,
 )
-from langgraph_durable._cli.views import Check, Status
-from langgraph_durable._core import migrate
-from langgraph_durable.config import SaverConfig
+from langgraph_durable._cli.views import Check
+from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 from langgraph_durable.saver import DurableSaver
 
 if TYPE_CHECKING:
-    from langgraph_durable.cli import Target
+    from langgraph_durable._cli.target import Target
 
 EXIT_CONFIG, EXIT_UNAVAILABLE = 2, 3
+STALE_INTERVALS, STALE_MIN = 4, 2.0
+_TIER_NAMES = {"hot": "redis", "cold": "postgres"}
 
 
 def run_checks(target: Target) -> tuple[list[Check], int]:
@@ -40,7 +40,7 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
     try:
         facts = probe_redis(config.redis_url)
         checks.append(Check("redis", "ok", f"{facts.server} ({facts.mode}) at "
-                            f"{redact(config.redis_url)}"))
+                            f"{mask_url(config.redis_url)}"))
     except TierUnavailableError as exc:
         checks.append(Check("redis", "fail", str(exc)))
         code = EXIT_UNAVAILABLE
@@ -48,7 +48,7 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
     try:
         version = probe_postgres(config.postgres_url)
         checks.append(Check("postgres", "ok", f"PostgreSQL {version} at "
-                            f"{redact(config.postgres_url)}"))
+                            f"{mask_url(config.postgres_url)}"))
         postgres_up = True
     except TierUnavailableError as exc:
         checks.append(Check("postgres", "fail", str(exc)))
@@ -120,7 +120,7 @@ def _persistence_checks(facts: RedisFacts, behind: str | None) -> list[Check]:
 def _schema_check(saver: DurableSaver) -> tuple[Check, bool]:
     schema = saver.config.schema
     try:
-        version = saver._run(migrate.current_version(schema))
+        version = saver.engine.schema_version()
     except DurableError as exc:
         return Check("schema", "fail", str(exc)), False
     latest = max((m.version for m in saver.migrations), default=0)
@@ -150,20 +150,39 @@ def _health_checks(saver: DurableSaver) -> list[Check]:
                             "Postgres alone"))
     else:
         checks.append(Check("hot tier breaker", "ok", f"closed ({hot.get('trips', 0)} trips)"))
-    flush: Mapping[str, Any] = report.get("flush", {})
+    checks.append(_flush_check(report.get("flush", {}), seconds(saver.config.flush_interval)))
+    checks.append(_latency_check(report.get("latency_ms", {})))
+    return checks
+
+
+def stale_after(flush_interval: float) -> float:
+    """Age past which the oldest unflushed write means no flusher is keeping up: a few
+    flush intervals, and never less than `STALE_MIN` seconds."""
+    return max(STALE_MIN, STALE_INTERVALS * flush_interval)
+
+
+def _flush_check(flush: Mapping[str, Any], flush_interval: float) -> Check:
+    """Write-behind backlog: a warning once its oldest entry waited past `stale_after`."""
     lag, unflushed = flush.get("lag_seconds"), flush.get("unflushed", 0)
     if not unflushed:
-        checks.append(Check("flush lag", "ok", "nothing waiting to be flushed"))
-    else:
-        status: Status = "warn" if lag is not None and lag > 60 else "ok"
-        lag_text = "unknown" if lag is None else f"{lag:.2f}s"
-        checks.append(Check("flush lag", status,
-                            f"oldest unflushed write {lag_text} old; {unflushed} entries waiting"
-                            + (" (is a flusher running? `langgraph-durable flush --follow`)"
-                               if status == "warn" else "")))
-    latency: Mapping[str, Any] = report.get("latency_ms", {})
-    if latency:
-        parts = [f"{k.replace('_', ' ')} {v:.1f}ms" for k, v in latency.items()
-                 if isinstance(v, int | float)]
-        checks.append(Check("latency", "info", ", ".join(parts) or "no samples yet"))
-    return checks
+        return Check("flush lag", "ok", "nothing waiting to be flushed")
+    limit = stale_after(flush_interval)
+    detail = (f"oldest unflushed write {'unknown' if lag is None else f'{lag:.2f}s'} old; "
+              f"{unflushed} entries waiting")
+    if lag is not None and lag <= limit:
+        return Check("flush lag", "ok", detail)
+    return Check("flush lag", "warn", f"{detail}, more than {limit:g}s (flush interval "
+                 f"{flush_interval:g}s): no flusher is keeping up; run one "
+                 "(`langgraph-durable flush --follow`, or a saver with background_flush)")
+
+
+def _latency_check(latency: Mapping[str, Any]) -> Check:
+    """Round trips of doctor's own few requests: the slowest one per tier, because a
+    percentile of a handful of samples says no more than that."""
+    measured = {key.rpartition("_")[0]: value for key, value in latency.items()
+                if key.endswith("_p99") and isinstance(value, int | float)}
+    if not measured:
+        return Check("latency", "info", "no requests measured")
+    return Check("latency", "info", ", ".join(
+        f"{_TIER_NAMES.get(tier, tier)} {value:.1f}ms" for tier, value in measured.items())
+        + " (slowest round trip of this check's requests)")

@@ -11,29 +11,17 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import redis
 import redis.exceptions
 
 from langgraph_durable._core.keys import ThreadKeys, journal_key, unb64
+from langgraph_durable.config import mask_url
 from langgraph_durable.errors import TierUnavailableError
 
 _HOT_HINT = "check --redis-url or LGD_REDIS_URL"
 _COLD_HINT = "check --postgres-url or LGD_POSTGRES_URL"
-
-
-def redact(url: str) -> str:
-    """A URL with its password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def one_line(exc: BaseException) -> str:
@@ -58,7 +46,7 @@ def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
             row = conn.execute("SELECT current_setting('server_version')").fetchone()
     except psycopg.Error as exc:
         raise TierUnavailableError(
-            f"cannot connect to Postgres at {redact(url)}: {one_line(exc)} ({_COLD_HINT})",
+            f"cannot connect to Postgres at {mask_url(url)}: {one_line(exc)} ({_COLD_HINT})",
             tier="cold",
         ) from exc
     return str(row[0]) if row else "unknown"
@@ -107,7 +95,7 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         config = _config_get(client, "appendonly", "appendfsync", "save", "maxmemory-policy")
     except redis.exceptions.RedisError as exc:
         raise TierUnavailableError(
-            f"cannot connect to Redis at {redact(url)}: {one_line(exc)} ({_HOT_HINT})",
+            f"cannot connect to Redis at {mask_url(url)}: {one_line(exc)} ({_HOT_HINT})",
             tier="hot",
         ) from exc
     finally:

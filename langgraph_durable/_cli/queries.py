@@ -1,4 +1,5 @@
-"""What the CLI reads to build its tables: the saver's API plus `_core.inspect` queries."""
+"""What the CLI reads to build its tables: the saver's API plus its engine's operator
+queries (`Engine.thread_summaries`, …)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_durable._cli.probes import HotThread, HotView
 from langgraph_durable._cli.views import HistoryRow, ThreadRow, interrupts_of, when
-from langgraph_durable._core import inspect
 from langgraph_durable.errors import ConfigurationError, DurableError
 from langgraph_durable.saver import DurableSaver
 
@@ -36,8 +36,7 @@ def thread_rows(saver: DurableSaver, hot: HotView | None, *,
     A thread only Redis holds (written behind, not flushed yet) is listed too; ``unflushed``
     counts a thread's checkpoints with write-behind entries not yet in Postgres.
     """
-    schema = saver.config.schema
-    total, summaries = saver._run(inspect.thread_summaries(schema, limit=limit))
+    total, summaries = saver.engine.thread_summaries(limit=limit)
     ids = [s.thread_id for s in summaries]
     hot_only: list[str] = []
     if hot is not None:
@@ -47,8 +46,8 @@ def thread_rows(saver: DurableSaver, hot: HotView | None, *,
         except redis.exceptions.RedisError:
             hot, candidates = None, []
         if candidates:  # threads beyond the page are in Postgres too; keep the others
-            _, present = saver._run(inspect.thread_summaries(
-                schema, thread_ids=candidates, limit=len(candidates)))
+            _, present = saver.engine.thread_summaries(thread_ids=candidates,
+                                                       limit=len(candidates))
             in_cold = {p.thread_id for p in present}
             hot_only = [t for t in candidates if t not in in_cold][: max(0, limit - len(ids))]
     found = hot_threads(hot, ids + hot_only)
@@ -81,9 +80,8 @@ def history_rows(saver: DurableSaver, hot: HotView | None, thread_id: str, *,
     if not tuples:
         raise NotFound(f"thread {thread_id!r} has no checkpoints in schema "
                        f"{saver.config.schema!r}")
-    sizes = {(s.checkpoint_ns, s.checkpoint_id): s.total for s in saver._run(
-        inspect.checkpoint_sizes(saver.config.schema, thread_id, checkpoint_ns=checkpoint_ns,
-                                 limit=limit))}
+    sizes = {(s.checkpoint_ns, s.checkpoint_id): s.total for s in saver.engine.checkpoint_sizes(
+        thread_id, checkpoint_ns=checkpoint_ns, limit=limit)}
     found = hot_threads(hot, [thread_id])
     hot_ids = set() if found is None or thread_id not in found else {
         (ns, cid) for _, ns, cid in found[thread_id].checkpoint_keys()}
@@ -97,7 +95,7 @@ def history_rows(saver: DurableSaver, hot: HotView | None, thread_id: str, *,
         rows.append(HistoryRow(
             checkpoint_id=key[1], checkpoint_ns=key[0], step=meta.get("step", "?"),
             source=str(meta.get("source", "?")), updated=", ".join(sorted(updated)) or "—",
-            time=when(tup.checkpoint.get("ts")), added_bytes=sizes.get(key),
+            time=when(tup.checkpoint.get("ts"), short=True), added_bytes=sizes.get(key),
             pending_writes=len(tup.pending_writes or []), interrupts=len(interrupts_of(tup)),
             hot=None if found is None else key in hot_ids,
         ))
@@ -123,8 +121,7 @@ def checkpoint(saver: DurableSaver, thread_id: str, ref: str | None, *,
     exact = saver.get_tuple({"configurable": {**config["configurable"], "checkpoint_id": ref}})
     if exact is not None:
         return exact
-    matches = saver._run(inspect.match_checkpoint(saver.config.schema, thread_id,
-                                                  checkpoint_ns, ref))
+    matches = saver.engine.match_checkpoint(thread_id, checkpoint_ns, ref)
     if not matches:
         raise NotFound(f"thread {thread_id!r} has no checkpoint matching {ref!r} "
                        "(see `langgraph-durable history`)")

@@ -1,4 +1,10 @@
-"""How the CLI shows things: rich tables and panels built from plain data, no I/O."""
+"""How the CLI shows things: rich tables and panels built from plain data, no I/O.
+
+Every string that comes from storage or from the user (thread ids, channel names, values,
+tool names, error messages) goes into a table as a `Text`, never as a ``str``: rich reads
+a ``str`` cell as markup, so ``chat-[/]`` would crash the table and ``[link=…]`` restyle it.
+Tables keep every column at 80 columns: short cells stay on one line, long ones fold.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,13 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointTuple
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from langgraph_durable._core.ledger import LedgerRecord
+from langgraph_durable import LedgerRecord
 
 Status = Literal["ok", "warn", "fail", "info"]
 _MARK: dict[Status, tuple[str, str]] = {
@@ -23,6 +30,9 @@ _MARK: dict[Status, tuple[str, str]] = {
 }
 _LEDGER_STYLE = {"succeeded": "green", "failed": "red", "uncertain": "yellow", "started": "cyan"}
 INTERRUPT_CHANNEL = "__interrupt__"
+SHORT_ID = 10
+"""Characters of a checkpoint id shown when the full ids do not fit: the end of its random
+node field (40 bits, unique within a thread in practice)."""
 
 
 # ------------------------------------------------------------------------------ values
@@ -110,13 +120,13 @@ def checkpoint_header(tup: CheckpointTuple) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    grid.add_row("thread", str(conf["thread_id"]))
+    grid.add_row("thread", Text(str(conf["thread_id"])))
     if conf.get("checkpoint_ns"):
-        grid.add_row("namespace", str(conf["checkpoint_ns"]))
-    grid.add_row("checkpoint", str(conf["checkpoint_id"]))
-    grid.add_row("parent", str(parent or "—"))
-    grid.add_row("step", f"{meta.get('step', '—')} ({meta.get('source', '?')})")
-    grid.add_row("time", when(tup.checkpoint.get("ts")))
+        grid.add_row("namespace", Text(str(conf["checkpoint_ns"])))
+    grid.add_row("checkpoint", Text(str(conf["checkpoint_id"])))
+    grid.add_row("parent", Text(str(parent or "—")))
+    grid.add_row("step", Text(f"{meta.get('step', '—')} ({meta.get('source', '?')})"))
+    grid.add_row("time", Text(when(tup.checkpoint.get("ts"))))
     return grid
 
 
@@ -125,16 +135,16 @@ def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType
     parts: list[RenderableType] = [checkpoint_header(tup)]
     values: Mapping[str, Any] = tup.checkpoint.get("channel_values", {})
     table = Table(title="state values", title_justify="left", expand=False)
-    table.add_column("channel", style="cyan", no_wrap=True)
-    table.add_column("value")
+    table.add_column("channel", style="cyan", overflow="fold")
+    table.add_column("value", overflow="fold")
     for channel in sorted(values):
         if channel.startswith("branch:"):
             continue
         value = values[channel]
         if isinstance(value, list) and value and all(isinstance(m, BaseMessage) for m in value):
-            table.add_row(channel, "\n".join(message_line(m, width) for m in value))
+            table.add_row(Text(channel), Text("\n".join(message_line(m, width) for m in value)))
         else:
-            table.add_row(channel, summarize(value, width))
+            table.add_row(Text(channel), Text(summarize(value, width)))
     if not values:
         table.add_row("—", "(no values)")
     parts.append(table)
@@ -146,7 +156,7 @@ def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType
         pending.add_column("channel", style="cyan")
         pending.add_column("value")
         for task_id, channel, value in writes:
-            pending.add_row(task_id[:8], channel, summarize(value, width))
+            pending.add_row(Text(task_id[:8]), Text(channel), Text(summarize(value, width)))
         parts.append(pending)
     interrupts = interrupts_of(tup)
     if interrupts:
@@ -154,8 +164,8 @@ def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType
         box.add_column("id", style="dim", no_wrap=True)
         box.add_column("value", style="yellow")
         for item in interrupts:
-            box.add_row(str(getattr(item, "id", ""))[:12],
-                        summarize(getattr(item, "value", item), width))
+            box.add_row(Text(str(getattr(item, "id", ""))[:12]),
+                        Text(summarize(getattr(item, "value", item), width)))
         parts.append(box)
     return Group(*parts)
 
@@ -196,17 +206,17 @@ def diff_view(a: CheckpointTuple, b: CheckpointTuple) -> RenderableType:
     """What changed from checkpoint ``a`` to checkpoint ``b``."""
     step_a = (a.metadata or {}).get("step")
     step_b = (b.metadata or {}).get("step")
-    title = (f"{a.config['configurable']['checkpoint_id']} (step {step_a}) → "
-             f"{b.config['configurable']['checkpoint_id']} (step {step_b})")
+    title = Text(f"{a.config['configurable']['checkpoint_id']} (step {step_a}) → "
+                 f"{b.config['configurable']['checkpoint_id']} (step {step_b})")
     changes = diff_values(a.checkpoint.get("channel_values", {}),
                           b.checkpoint.get("channel_values", {}))
     table = Table(title=title, title_justify="left")
-    table.add_column("channel", style="cyan", no_wrap=True)
-    table.add_column("change")
-    table.add_column("before", style="red")
-    table.add_column("after", style="green")
+    table.add_column("channel", style="cyan", overflow="fold")
+    table.add_column("change", no_wrap=True)
+    table.add_column("before", style="red", overflow="fold")
+    table.add_column("after", style="green", overflow="fold")
     for change in changes:
-        table.add_row(change.channel, change.kind, change.before, change.after)
+        table.add_row(Text(change.channel), change.kind, Text(change.before), Text(change.after))
     if not changes:
         return Group(table, Text("no differences in state values", style="dim"))
     return table
@@ -232,40 +242,61 @@ class HistoryRow:
 
 
 def history_table(title: str, rows: Sequence[HistoryRow],
-                  notes: Mapping[str, str] | None = None, *, compact: bool = False) -> Table:
+                  notes: Mapping[str, str] | None = None, *, compact: bool = False,
+                  width: int | None = None) -> Table:
     """Checkpoints newest first; ``notes`` adds remarks by checkpoint id; ``compact``
-    keeps step, checkpoint, source, time of day and bytes added (for narrow output)."""
+    keeps step, checkpoint, source, time of day and bytes added. When the full checkpoint
+    ids would not fit in ``width`` columns, each shows its last `SHORT_ID` characters
+    (which ``show`` and ``diff`` accept) and the caption says so."""
+    table = _history_table(title, rows, notes, compact=compact, short_ids=False)
+    if width is None or _natural_width(table) <= width:
+        return table
+    return _history_table(title, rows, notes, compact=compact, short_ids=True)
+
+
+def _history_table(title: str, rows: Sequence[HistoryRow], notes: Mapping[str, str] | None,
+                   *, compact: bool, short_ids: bool) -> Table:
     show_ns = any(r.checkpoint_ns for r in rows)
-    table = Table(title=title, title_justify="left")
-    table.add_column("step", justify="right")
-    table.add_column("checkpoint", style="cyan", no_wrap=True, min_width=36)
+    caption = (f"checkpoint ids: their last {SHORT_ID} characters (show and diff take them)"
+               if short_ids else None)
+    table = Table(title=Text(title), title_justify="left", caption=caption,
+                  caption_justify="left")
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("checkpoint", style="cyan", no_wrap=True)
     if show_ns:
         table.add_column("namespace", overflow="fold")
-    table.add_column("source")
+    table.add_column("source", no_wrap=True)
     if not compact:
-        table.add_column("updated channels")
-    table.add_column("time", no_wrap=True)
+        table.add_column("updated channels", overflow="fold")
+    table.add_column("time", overflow="fold")
     table.add_column("added", justify="right", no_wrap=True)
     if not compact:
-        table.add_column("writes", justify="right")
-        table.add_column("redis", justify="center")
+        table.add_column("writes", justify="right", overflow="fold")
+        table.add_column("redis", justify="center", no_wrap=True)
     if notes:
         table.add_column("", style="bold yellow", no_wrap=True)
     for r in rows:
-        cells: list[str | Text] = [str(r.step), r.checkpoint_id]
+        shown_id = r.checkpoint_id[-SHORT_ID:] if short_ids else r.checkpoint_id
+        cells: list[Text] = [Text(str(r.step)), Text(shown_id)]
         if show_ns:
-            cells.append(r.checkpoint_ns or "(root)")
-        cells.append(r.source)
+            cells.append(Text(r.checkpoint_ns or "(root)"))
+        cells.append(Text(r.source))
         if not compact:
-            cells.append(r.updated)
-        cells += [r.time[-8:] if compact else r.time, human_bytes(r.added_bytes)]
+            cells.append(Text(r.updated))
+        cells += [Text(r.time[-8:] if compact else r.time), Text(human_bytes(r.added_bytes))]
         if not compact:
             interrupts = f" ({r.interrupts} interrupt)" if r.interrupts else ""
-            cells += [f"{r.pending_writes}{interrupts}", _yes(r.hot)]
+            cells += [Text(f"{r.pending_writes}{interrupts}"), _yes(r.hot)]
         if notes:
-            cells.append(notes.get(r.checkpoint_id, ""))
+            cells.append(Text(notes.get(r.checkpoint_id, "")))
         table.add_row(*cells)
     return table
+
+
+def _natural_width(table: Table) -> int:
+    """How many columns ``table`` takes when nothing has to wrap."""
+    console = Console(width=10_000)
+    return Measurement.get(console, console.options, table).maximum
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,43 +315,49 @@ class ThreadRow:
 
 def threads_table(title: str, rows: Sequence[ThreadRow], caption: str) -> Table:
     """Threads, most recently active first."""
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
-    table.add_column("thread", style="cyan")
-    table.add_column("checkpoints", justify="right")
-    table.add_column("size", justify="right")
-    table.add_column("last update", no_wrap=True)
-    table.add_column("redis", justify="center")
-    table.add_column("postgres", justify="center")
-    table.add_column("unflushed", justify="right")
+    table = Table(title=Text(title), title_justify="left", caption=Text(caption),
+                  caption_justify="left")
+    table.add_column("thread", style="cyan", overflow="fold")
+    table.add_column("checkpoints", justify="right", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("last update", overflow="fold")
+    table.add_column("stored in", overflow="fold")
+    table.add_column("unflushed", justify="right", no_wrap=True)
     for r in rows:
         count = "—" if r.checkpoints is None else str(r.checkpoints)
         if r.namespaces and r.namespaces > 1:
             count += f" ({r.namespaces} ns)"
-        table.add_row(r.thread_id, count, human_bytes(r.bytes), r.last_update, _yes(r.hot),
-                      _yes(r.cold), "—" if r.unflushed is None else str(r.unflushed))
+        table.add_row(Text(r.thread_id), count, human_bytes(r.bytes), Text(r.last_update),
+                      _tiers(r.hot, r.cold), "—" if r.unflushed is None else str(r.unflushed))
     return table
+
+
+def _tiers(hot: bool | None, cold: bool) -> Text:
+    """``redis, postgres``, ``redis``, ``postgres``; ``redis?`` when Redis was unreadable."""
+    names = {None: ["redis?"], True: ["redis"], False: []}[hot] + (["postgres"] if cold else [])
+    return Text(", ".join(names) or "—", style="" if names else "dim")
 
 
 def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
     """Tool calls of a thread: status, attempts, times, outcome; below the table, the keys
     of calls still to settle (``saver.ledger.resolve`` takes them)."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("tool", style="cyan", no_wrap=True)
-    table.add_column("call", style="dim", max_width=24, overflow="ellipsis")
+    table = Table(title=Text(title), title_justify="left")
+    table.add_column("tool", style="cyan", overflow="fold")
+    table.add_column("call", style="dim", max_width=24, overflow="fold")
     table.add_column("status", no_wrap=True)
-    table.add_column("attempts", justify="right")
-    table.add_column("started", no_wrap=True)
-    table.add_column("finished", no_wrap=True)
-    table.add_column("result / error")
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("started", overflow="fold")
+    table.add_column("finished", overflow="fold")
+    table.add_column("result / error", overflow="fold")
     unsettled: list[str] = []
     for rec in records:
         outcome = rec.error or rec.result
         outcome = getattr(outcome, "content", outcome)  # a recorded ToolMessage
         table.add_row(
-            rec.tool, rec.tool_call_id or rec.task_id or "—",
+            Text(rec.tool), Text(rec.tool_call_id or rec.task_id or "—"),
             Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")), str(rec.attempts),
             when(rec.started_at, short=True), when(rec.finished_at, short=True),
-            clip("" if outcome is None else str(outcome), 80),
+            Text(clip("" if outcome is None else str(outcome), 80)),
         )
         if rec.status in ("uncertain", "started"):
             unsettled.append(f"  {rec.tool} ({rec.status}): {rec.key}")
@@ -353,8 +390,9 @@ def checks_table(checks: Sequence[Check]) -> Table:
 
 
 def note(title: str, body: RenderableType, style: str = "blue") -> Panel:
-    """A titled box."""
-    return Panel(body, title=title, title_align="left", border_style=style, expand=False)
+    """A titled box; a ``str`` body is shown as it is (not read as markup)."""
+    return Panel(Text(body) if isinstance(body, str) else body, title=title,
+                 title_align="left", border_style=style, expand=False)
 
 
 def _yes(flag: bool | None) -> Text:

@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.reads import get_tuple
 from langgraph_durable._core.records import (
     Damaged,
@@ -23,7 +24,7 @@ from langgraph_durable._core.records import (
     load,
     locate,
 )
-from langgraph_durable._core.requests import Cold, Context, Op
+from langgraph_durable._core.requests import Cold, Op
 from langgraph_durable._core.seal import blob_place, write_place
 from langgraph_durable.errors import TierUnavailableError
 
@@ -166,7 +167,7 @@ def _load_cold(
 ) -> Any:
     """A value read from Postgres for a delta history; damage raises `CorruptStateError`."""
     try:
-        return load(ctx.serde, frame, place, part, channel)
+        return load(ctx.codec, frame, place, part, channel)
     except Damaged as damage:
         raise corrupt(where, checkpoint_id, damage, "cold") from damage
 

@@ -23,12 +23,13 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import (
     ThreadKeys,
     journal_key,
     marks_key,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement
+from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
@@ -71,8 +72,16 @@ def announce(ctx: Context, keys: ThreadKeys) -> Op[str | None]:
     return token if done is not None else None
 
 
-def stale_mark(ctx: Context, thread_id: str) -> Statement:
-    return Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id})
+def stale_marks(ctx: Context, thread_ids: Sequence[str]) -> list[Statement]:
+    """Statements that mark the threads' hot copies stale, for the end of a transaction
+    that changed them while Redis was bypassed. The mark's version becomes the threads'
+    tombstone once applied; every namespace of the threads then gets a newer version, so
+    a copy read after the change is accepted again."""
+    out: list[Statement] = []
+    for thread_id in thread_ids:
+        out.append(Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id}))
+        out.append(Statement(ctx.statements.bump_thread_sql, {"thread_id": thread_id}))
+    return out
 
 
 def commit(
@@ -80,7 +89,7 @@ def commit(
 ) -> Op[list[Any]]:
     """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too, and
     have this process apply the marks before its next operation."""
-    marks = [] if token is not None else [stale_mark(ctx, t) for t in thread_ids]
+    marks = [] if token is not None else stale_marks(ctx, thread_ids)
     result: list[Any] = yield Cold((*statements, *marks))
     if marks:
         ctx.marks.due_now()
@@ -107,12 +116,16 @@ def apply_marks(ctx: Context) -> Op[int]:
     marks this Redis has not applied yet; returns how many threads were dropped.
 
     The highest mark applied is kept in Redis itself, so a Redis restored from an older
-    snapshot applies again the marks made since. Raises `TierUnavailableError` when a tier
-    cannot be reached; nothing is recorded as applied then.
+    snapshot applies again the marks made since, and a new or emptied Redis applies every
+    mark kept (one per thread, for twice ``hot_ttl``). The usual poll, with no new mark,
+    is one index lookup in Postgres and one Redis call. Raises
+    `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
     watermark = marks_key(ctx.config.key_prefix)
-    ctx.marks.checked()
+    newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
     applied = int((yield Hot("marks", [watermark], [""])) or 0)
+    if applied >= newest:
+        return 0
     dropped = 0
     while rows := (
         yield Cold.one(ctx.statements.pending_marks_sql, {"after": applied}, fetch=True)
@@ -128,7 +141,7 @@ def apply_marks(ctx: Context) -> Op[int]:
         yield Hot("marks", [watermark], [applied])
         dropped += len(rows)
     if dropped:
-        keep = max(2 * ctx.ttl_ms / 1000, 3600.0)
+        keep = 2 * ctx.ttl_ms / 1000 or 7 * 86400.0  # a copy older than that expired
         yield Cold.one(ctx.statements.forget_marks_sql, {"keep": keep})
         logger.warning(
             "dropped the hot copy of %d threads written while Redis was bypassed", dropped
@@ -148,7 +161,8 @@ def poll_marks(ctx: Context) -> Op[None]:
         if exc.tier == "hot":
             ctx.breaker.failure()
     except SchemaVersionError:
-        pass  # not set up yet: the operation itself says so
+        return None  # not set up yet (still due): the operation itself says so
+    ctx.marks.checked()
     return None
 
 
@@ -161,6 +175,7 @@ def recover_hot(ctx: Context) -> Op[bool]:
     try:
         yield Hot("journal_state", [journal_key(ctx.config.key_prefix)], [])
         yield from apply_marks(ctx)
+        ctx.marks.checked()
     except TierUnavailableError as exc:
         logger.debug("hot tier still unavailable: %s", exc)
         ctx.breaker.failure()

@@ -22,9 +22,10 @@ from typing import Any
 import ormsgpack
 
 from langgraph_durable._core.codec import FrameError
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Pause, Statement
+from langgraph_durable._core.requests import Cold, Hot, Op, Pause, Statement
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
 
@@ -32,15 +33,15 @@ GROUP = "flushers"
 logger = logging.getLogger("langgraph_durable")
 
 
-def _seal(ctx: Context, packed: bytes) -> bytes:
+def seal_entry(ctx: Context, payload: bytes) -> bytes:
     """An entry as the stream holds it: sealed to this prefix's journal when keyed."""
-    seal = ctx.serde.seal
-    return seal.seal(packed, journal_place(ctx.config.key_prefix)) if seal.keyed else packed
+    seal = ctx.seal
+    return seal.seal(payload, journal_place(ctx.config.key_prefix)) if seal.keyed else payload
 
 
-def pack_checkpoint_entry(ctx: Context, stored: StoredCheckpoint) -> bytes:
+def pack_checkpoint_entry(stored: StoredCheckpoint) -> bytes:
     w = stored.where
-    return _seal(ctx, ormsgpack.packb(
+    return ormsgpack.packb(
         [
             "c",
             w.thread_id,
@@ -53,11 +54,11 @@ def pack_checkpoint_entry(ctx: Context, stored: StoredCheckpoint) -> bytes:
             stored.metadata,
             [list(b) for b in stored.blobs],
         ]
-    ))
+    )
 
 
-def pack_writes_entry(ctx: Context, where: Location, stored: Sequence[StoredWrite]) -> bytes:
-    return _seal(ctx, ormsgpack.packb(
+def pack_writes_entry(where: Location, stored: Sequence[StoredWrite]) -> bytes:
+    return ormsgpack.packb(
         [
             "w",
             where.thread_id,
@@ -65,7 +66,7 @@ def pack_writes_entry(ctx: Context, where: Location, stored: Sequence[StoredWrit
             where.checkpoint_id,
             [[w.task_id, w.idx, w.channel, w.task_path, w.frame] for w in stored],
         ]
-    ))
+    )
 
 
 @dataclass(slots=True)
@@ -84,20 +85,26 @@ class Entry:
         return stream_order(self.id)
 
 
-def _decode(ctx: Context, raw: list[Any]) -> Entry | None:
-    """The entry, or ``None`` (logged) when it fails its seal: it must not be applied."""
-    entry_id, fields = raw[0].decode(), raw[1]
-    data = dict(zip(fields[::2], fields[1::2], strict=True)).get(b"d", b"")
-    seal = ctx.serde.seal
+def _decode(raw: list[Any]) -> Entry:
+    entry_id, fields = raw[0], raw[1]
+    data = dict(zip(fields[::2], fields[1::2], strict=True))[b"d"]
+    body = ormsgpack.unpackb(data)
+    return Entry(entry_id.decode(), body[0], body[1], body[2], body[3], body)
+
+
+def _genuine(ctx: Context, raw: list[Any]) -> Entry | None:
+    """The entry, opened with the seal when keyed; ``None`` (logged) when it fails: such an
+    entry was not written by a saver holding the key, and must not be applied."""
+    entry_id, fields = raw[0], raw[1]
     try:
-        if seal.keyed:
-            data = seal.open(data, journal_place(ctx.config.key_prefix))
-        body = ormsgpack.unpackb(data)
-        return Entry(entry_id, body[0], body[1], body[2], body[3], body)
+        if ctx.seal.keyed:
+            data = dict(zip(fields[::2], fields[1::2], strict=True)).get(b"d", b"")
+            fields = [b"d", bytes(ctx.seal.open(data, journal_place(ctx.config.key_prefix)))]
+        return _decode([entry_id, fields])
     except (FrameError, ormsgpack.MsgpackDecodeError, ValueError, TypeError, IndexError) as exc:
         logger.error(
             "journal entry %s of prefix %r is not genuine (%s): dropped, not flushed",
-            entry_id,
+            entry_id.decode(),
             ctx.config.key_prefix,
             exc,
         )
@@ -255,7 +262,7 @@ def flush_batch(ctx: Context) -> Op[int]:
     )
     if not raw:
         return 0
-    decoded = [(r[0].decode(), _decode(ctx, r)) for r in raw]
+    decoded = [(r[0].decode(), _genuine(ctx, r)) for r in raw]
     entries = [e for _, e in decoded if e is not None]
     statements = _plan(ctx, entries).statements(ctx)
     versions: list[dict[str, Any]] = []

@@ -125,19 +125,23 @@ return 1
 # blob version no remaining checkpoint refers to. Older checkpoints are read from Postgres.
 #
 # Write-through (after the Postgres commit): a write older than the thread's tombstone
-# (the thread was deleted or invalidated after it committed) changes nothing; otherwise the
-# namespace's version rises to the committed one.
+# (the thread was deleted or invalidated after it committed) changes nothing, and so does
+# one that was not the namespace's head when it committed unless Redis holds the
+# namespace (a fresh index must start at the true head); otherwise the namespace's
+# version rises to the committed one.
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
-# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot (the
-# caller then writes through Postgres, which knows the head).
+# Replies {"conflict", head} if it is not, and {"cold", dirty} when the index is not hot
+# (the caller then writes through Postgres, which knows the head, after draining the
+# journal when dirty = 1: the thread has entries not yet flushed).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
 # ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata json  ARGV[6] parent id or ""
 # ARGV[7] blob refs (json array of fields)  ARGV[8] keep (0: keep all)
 # ARGV[9] unflushed member prefix ("<b64 ns>:")  ARGV[10] a new cache token "v"
-# ARGV[11] committed version (write-through) or "0"  ARGV[12] "1": must extend the head
+# ARGV[11] committed version (write-through) or "0"
+# ARGV[12] write-behind: "1" must extend the head; write-through: "h" committed as the head
 # ARGV[13] versions field of the namespace  ARGV[14] n  ARGV[15 .. 14+2n] blob field, frame
 _PUT_BODY = """
 local ttl = tonumber(ARGV[2])
@@ -146,15 +150,17 @@ local version = tonumber(ARGV[11])
 local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
 if version > 0 then
   local _, tomb = held(KEYS[7], ARGV[13])
-  if version < tomb then
+  if version < tomb or (ARGV[12] ~= 'h' and redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0)
+  then
     if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
     return 0
   end
 end
 if ARGV[12] == '1' then
-  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return {'cold'} end
+  local cold = {'cold', redis.call('EXISTS', KEYS[6])}
+  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return cold end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1)
-  if #last == 0 then return {'cold'} end
+  if #last == 0 then return cold end
   if last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then return {'conflict', last[1]} end
 end
 adopt(KEYS[5], KEYS[2], KEYS[3], prefix)
@@ -345,7 +351,8 @@ return #keys
 
 # The highest stale mark (a Postgres sequence number) this Redis has applied, raised to
 # ARGV[1] when that is larger. Lives with the data it describes: a Redis restored from an
-# older snapshot also has an older mark, so the marks after it are applied again.
+# older snapshot also has an older mark, and a Redis without one (new, emptied, or the key
+# evicted) has 0, so the marks after it are applied again.
 # KEYS[1] marks key  ARGV[1] seq applied now, or "" to only read  returns the mark
 MARKS_SCRIPT = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0

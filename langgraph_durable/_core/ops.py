@@ -11,10 +11,11 @@ import time
 from typing import Any
 
 from langgraph_durable._core import journal, ledger
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.delta import delta_channel_history
 from langgraph_durable._core.hot import poll_marks, recover_hot
 from langgraph_durable._core.reads import get_tuple, list_checkpoints
-from langgraph_durable._core.requests import Context, Op
+from langgraph_durable._core.requests import Op
 from langgraph_durable._core.writes import (
     copy_thread,
     delete_for_runs,

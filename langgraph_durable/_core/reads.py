@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.codec import FrameError, loads_metadata
+from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import bypassed, try_hot
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -37,7 +38,7 @@ from langgraph_durable._core.records import (
     pack_write,
     unpack_write,
 )
-from langgraph_durable._core.requests import Cold, Context, Hot, Op, Statement, new_version
+from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -90,7 +91,7 @@ def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTu
         channel, _, version = field.partition("\x00")
         blobs.append((channel, version, frame))
     return build_tuple(
-        ctx.serde,
+        ctx.codec,
         where,
         record.checkpoint_id,
         parent,
@@ -127,7 +128,7 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
     blobs, writes = _row_parts(row)
     try:
         return build_tuple(
-            ctx.serde,
+            ctx.codec,
             where,
             row["checkpoint_id"],
             row["parent_checkpoint_id"],
@@ -337,7 +338,8 @@ def list_checkpoints(
     before: RunnableConfig | None,
     limit: int | None,
 ) -> Op[list[CheckpointTuple]]:
-    """History from Postgres in one query: filters and limit run in SQL, no N+1."""
+    """History from Postgres in one query (filters and limit run in SQL, no N+1), merged
+    with the thread's checkpoints Redis holds unflushed."""
     configurable = (config or {}).get("configurable") or {}
     thread_id = None
     if config is not None and configurable.get("thread_id") is not None:
@@ -357,6 +359,8 @@ def list_checkpoints(
     behind = ctx.config.write_mode == "behind"
     if behind and thread_id is None:
         yield from journal.flush(ctx, timeout=None)  # history of every thread: drain first
+    # Redis before Postgres: an entry flushed between the two reads is in the second.
+    unflushed = (yield from _unflushed(ctx, thread_id)) if behind and thread_id else []
     present = frozenset(k for k, v in params.items() if v is not None and k != "limit")
     query = ctx.statements.list_sql(present, limit is not None)
     rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None}, fetch=True))[
@@ -368,8 +372,7 @@ def list_checkpoints(
         result.append((yield from _cold_tuple(ctx, row)))
         space = (row["thread_id"], row["checkpoint_ns"])
         heads[space] = max(heads.get(space, ""), row["head"] or "")
-    if behind and thread_id is not None:
-        unflushed = yield from _unflushed(ctx, thread_id)
+    if unflushed:
         for tup in unflushed:
             conf = tup.config["configurable"]
             space = (conf["thread_id"], conf["checkpoint_ns"])

@@ -1,28 +1,18 @@
-"""What the sans-I/O operations ask the drivers to do, and the context they share.
+"""What the sans-I/O operations ask the drivers to do.
 
-An operation is a generator: it yields `Hot` and `Cold` requests, receives each result
-(or has `TierUnavailableError` thrown in), and returns its value. The sync and async
-drivers only execute requests, so every decision is written once.
+An operation is a generator: it yields `Hot`, `Cold` and `Pause` requests, receives each
+result (or has `TierUnavailableError` thrown in), and returns its value. The sync and async
+drivers only execute requests, so every decision is written once. What an operation reads
+besides its requests' replies is its `Context` (`_core.context`).
 """
 
 from __future__ import annotations
 
-import os
-import pickle
-import secrets
-import socket
-import threading
-import time
-from collections import OrderedDict, deque
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from psycopg import sql
-
-from langgraph_durable._core.seal import Codec
-from langgraph_durable._core.sql import Statements
-from langgraph_durable.config import SaverConfig, seconds
 
 T = TypeVar("T")
 ScriptName = Literal[
@@ -80,180 +70,3 @@ class Pause:
 
 Request = Hot | Cold | Pause
 Op = Generator[Request, Any, T]
-
-
-class Breaker:
-    """Circuit breaker of the hot tier, shared by every thread and event loop of a saver.
-
-    Closed: use Redis. Open: bypass it until ``cooldown`` passed, then let one caller probe.
-    """
-
-    def __init__(self, cooldown: float) -> None:
-        self.cooldown = cooldown
-        self._lock = threading.Lock()
-        self.open_since: float | None = None
-        self.trips = 0
-        self.recoveries = 0
-        self._probing = False
-
-    @property
-    def is_open(self) -> bool:
-        return self.open_since is not None
-
-    def state(self) -> str:
-        return "open" if self.open_since is not None else "closed"
-
-    def allows(self) -> bool:
-        """Whether a request may go to the hot tier now (closed, or time for a probe)."""
-        return self.open_since is None
-
-    def should_probe(self) -> bool:
-        """True once per cooldown while open: the caller runs the recovery and reports."""
-        with self._lock:
-            if self.open_since is None or self._probing:
-                return False
-            if time.monotonic() - self.open_since < self.cooldown:
-                return False
-            self._probing = True
-            return True
-
-    def failure(self) -> None:
-        with self._lock:
-            if self.open_since is None:
-                self.trips += 1
-            self.open_since = time.monotonic()
-            self._probing = False
-
-    def recovered(self) -> None:
-        with self._lock:
-            if self.open_since is not None:
-                self.recoveries += 1
-            self.open_since = None
-            self._probing = False
-
-
-class MarkClock:
-    """When this process next applies pending stale marks (`hot.apply_marks`): before its
-    first use of Redis, right after a write of its own bypassed Redis, then every
-    ``interval`` seconds."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._next = 0.0  # due at once
-
-    def due(self) -> bool:
-        return time.monotonic() >= self._next
-
-    def due_now(self) -> None:
-        self._next = 0.0
-
-    def checked(self) -> None:
-        self._next = time.monotonic() + self.interval
-
-
-class Latencies:
-    """The last few thousand request latencies of each tier, for `DurableSaver.health`."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._samples: dict[str, deque[float]] = {
-            "hot": deque(maxlen=size),
-            "cold": deque(maxlen=size),
-        }
-
-    def record(self, tier: str, seconds: float) -> None:
-        self._samples[tier].append(seconds)
-
-    def percentiles(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = {}
-        for tier, samples in self._samples.items():
-            ordered = sorted(samples)
-            for name, q in (("p50", 0.5), ("p99", 0.99)):
-                out[f"{tier}_{name}"] = (
-                    round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
-                    if ordered
-                    else None
-                )
-        return out
-
-
-def new_version() -> str:
-    """A fresh cache token for a checkpoint's hot copy (never drawn from `uuid.uuid4`, which
-    applications patch for deterministic ids)."""
-    return secrets.token_hex(8)
-
-
-class TupleCache:
-    """Decoded checkpoint tuples this process read from Redis, keyed by version token.
-
-    Each entry is kept pickled, and every hit unpickles a fresh copy, so no caller can
-    mutate an object the cache holds. Redis decides whether an entry is current (the GET
-    script compares the checkpoint's version token), so the cache is never stale.
-    """
-
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str, str], tuple[str, bytes]] = OrderedDict()
-        self._latest: dict[tuple[str, str], str] = {}
-        self.hits = 0
-
-    def held(self, thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, str]:
-        """``(checkpoint id, version)`` of the copy held for a read, or ``("", "")``."""
-        with self._lock:
-            cid = checkpoint_id or self._latest.get((thread_id, ns), "")
-            entry = self._entries.get((thread_id, ns, cid))
-        return (cid, entry[0]) if entry else ("", "")
-
-    def load(self, thread_id: str, ns: str, checkpoint_id: str, version: str) -> Any:
-        with self._lock:
-            entry = self._entries.get((thread_id, ns, checkpoint_id))
-            if entry is None or entry[0] != version:
-                return None
-            self._entries.move_to_end((thread_id, ns, checkpoint_id))
-            self.hits += 1
-        return pickle.loads(entry[1])
-
-    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str, value: Any) -> None:
-        if not version:
-            return
-        try:
-            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # a value pickle cannot copy is simply not cached
-            return
-        with self._lock:
-            key = (thread_id, ns, checkpoint_id)
-            self._entries[key] = (version, data)
-            self._entries.move_to_end(key)
-            if checkpoint_id > self._latest.get((thread_id, ns), ""):
-                self._latest[(thread_id, ns)] = checkpoint_id
-            while len(self._entries) > self.size:
-                (t, n, _), _ = self._entries.popitem(last=False)
-                self._latest.pop((t, n), None)
-
-
-@dataclass(slots=True)
-class Context:
-    """Everything an operation needs besides I/O."""
-
-    config: SaverConfig
-    statements: Statements
-    serde: Codec  # the saver's serializer with its seal
-    breaker: Breaker
-    marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
-    latencies: Latencies = field(default_factory=Latencies)
-    cache: TupleCache = field(default_factory=TupleCache)
-    consumer: str = field(
-        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-    )
-
-    @property
-    def ttl_ms(self) -> int:
-        return int(seconds(self.config.hot_ttl) * 1000)
-
-    @property
-    def deadline_ms(self) -> int:
-        return int((time.time() + seconds(self.config.write_deadline)) * 1000)
-
-    @property
-    def intent_ttl_ms(self) -> int:
-        return int(seconds(self.config.write_deadline) * 2000) + 1000

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph_durable._core.codec import FrameError
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.records import Damaged, Location, corrupt
-from langgraph_durable._core.requests import Cold, Context, Op, Statement
+from langgraph_durable._core.requests import Cold, Op, Statement
 from langgraph_durable._core.seal import blob_place, checkpoint_place, write_place
 
 
@@ -19,7 +20,7 @@ def copy_statement(ctx: Context, source: str, target: str) -> Op[Statement]:
     transaction): plain SQL when frames carry no key, else with every frame resealed."""
     st = ctx.statements
     ids = {"source": source, "target": target}
-    if not ctx.serde.seal.keyed:
+    if not ctx.seal.keyed:
         return Statement(st.copy_thread_sql, ids)
     checkpoints, blobs, writes = yield Cold(
         tuple(
@@ -72,7 +73,7 @@ class _Resealer:
     """Opens a source row's frame with its place and seals it for the target thread."""
 
     def __init__(self, ctx: Context, source: str, target: str) -> None:
-        self.seal = ctx.serde.seal
+        self.seal = ctx.seal
         self.source, self.target = source, target
 
     def __call__(

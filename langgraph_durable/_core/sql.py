@@ -96,12 +96,14 @@ CREATE TABLE {schema}.lgd_heads (
 INSERT INTO {schema}.lgd_heads (thread_id, checkpoint_ns, head, version)
 SELECT thread_id, checkpoint_ns, max(checkpoint_id), nextval('{schema}.lgd_version_seq')
 FROM {schema}.lgd_checkpoints GROUP BY thread_id, checkpoint_ns;
+CREATE SEQUENCE {schema}.lgd_mark_seq;
 CREATE TABLE {schema}.lgd_hot_marks (
-    seq       bigserial PRIMARY KEY,
-    thread_id text NOT NULL,
+    thread_id text PRIMARY KEY,
+    seq       bigint NOT NULL DEFAULT nextval('{schema}.lgd_mark_seq'),
     version   bigint NOT NULL,
     at        timestamptz NOT NULL DEFAULT now()
 );
+CREATE UNIQUE INDEX lgd_hot_marks_seq_idx ON {schema}.lgd_hot_marks (seq);
 INSERT INTO {schema}.lgd_hot_marks (thread_id, version)
 SELECT thread_id, nextval('{schema}.lgd_version_seq') FROM {schema}.lgd_hot_invalidations;
 DROP TABLE {schema}.lgd_hot_invalidations;
@@ -210,7 +212,8 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 # namespace's head row is taken first: its lock orders concurrent writers of the
 # namespace, and with %(cas)s the checkpoint is stored only if it extends the head (its
 # parent is the head, the namespace has none yet, or it is a retry of this very put).
-# Returns the new version, or no row when the head moved on (another run wrote first).
+# Returns the new version and head, or no row when the head moved on (another run wrote
+# first).
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s %(cas)s
 # %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s
 # %(blobs)s
@@ -225,7 +228,7 @@ WITH head AS (
         head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
     WHERE NOT %(cas)s OR h.head IS NULL OR h.head = %(parent_id)s
        OR h.head = EXCLUDED.head
-    RETURNING h.version
+    RETURNING h.version, h.head
 ), new_blobs AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, x.channel, x.version, x.blob
@@ -242,7 +245,7 @@ WITH head AS (
 """
     + _CHECKPOINT_CONFLICT
     + """)
-SELECT version FROM head
+SELECT version, head FROM head
 """
 )
 
@@ -580,11 +583,20 @@ ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
 
 # A write that bypassed Redis marks the thread, in its own transaction: every process
 # applies the marks Redis has not seen before it trusts Redis, and then every
-# `stale_poll_interval`. %(thread_id)s
+# `stale_poll_interval`. One mark per thread: a newer one takes a new sequence number.
+# %(thread_id)s
 MARK_HOT_STALE_SQL = (
     "INSERT INTO {schema}.lgd_hot_marks (thread_id, version) VALUES (%(thread_id)s, "
     + _NEXT_VERSION
-    + ")"
+    + ") ON CONFLICT (thread_id) DO UPDATE SET seq = nextval('{schema}.lgd_mark_seq'), "
+    "version = EXCLUDED.version, at = now()"
+)
+
+# After a mark: every namespace of the thread gets a version above the mark's. %(thread_id)s
+BUMP_THREAD_SQL = (
+    "UPDATE {schema}.lgd_heads SET version = "
+    + _NEXT_VERSION
+    + " WHERE thread_id = %(thread_id)s"
 )
 
 # %(after)s: the marks Redis has not applied yet, oldest first
@@ -592,6 +604,9 @@ PENDING_MARKS_SQL = """
 SELECT seq, thread_id, version FROM {schema}.lgd_hot_marks
 WHERE seq > %(after)s ORDER BY seq LIMIT 500
 """
+
+# The newest mark (0 when there is none).
+NEWEST_MARK_SQL = "SELECT coalesce(max(seq), 0) AS seq FROM {schema}.lgd_hot_marks"
 
 # Marks older than any hot copy they could describe (%(keep)s seconds: twice the hot TTL).
 FORGET_MARKS_SQL = """

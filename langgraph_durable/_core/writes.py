@@ -22,15 +22,20 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal
-from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_mark, try_hot
-from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
+from langgraph_durable._core.context import Context, new_version
+from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_marks, try_hot
+from langgraph_durable._core.journal import (
+    pack_checkpoint_entry,
+    pack_writes_entry,
+    seal_entry,
+)
 from langgraph_durable._core.keys import (
     ThreadKeys,
     blob_field,
     journal_key,
     write_field,
 )
-from langgraph_durable._core.ledger_sql import statements as ledger_statements
+from langgraph_durable._core.ledger.sql import statements as ledger_statements
 from langgraph_durable._core.records import (
     HEAD_KEY,
     Location,
@@ -41,22 +46,15 @@ from langgraph_durable._core.records import (
     locate,
     pack_write,
 )
-from langgraph_durable._core.requests import (
-    Cold,
-    Context,
-    Hot,
-    Op,
-    ScriptName,
-    Statement,
-    new_version,
-)
+from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
 from langgraph_durable._core.reseal import copy_statement
 from langgraph_durable.errors import ConfigurationError, ThreadConflictError, TierUnavailableError
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
-HotCall = Callable[[str, int, int, Journal | None], Hot]  # (token, ttl, version, journal)
+# (token, ttl, the committed row or None, journal) -> the hot script call
+HotCall = Callable[[str, int, dict[str, Any] | None, Journal | None], Hot]
 
 
 def put(
@@ -66,22 +64,39 @@ def put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
-    stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
-    cas = ((config or {}).get("configurable") or {}).get(HEAD_KEY) is not None
+    stored = encode_checkpoint(ctx.codec, config, checkpoint, metadata, new_versions)
+    cas = _extends_head(config, stored.parent_id)
     keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
     rows = yield from _write(
         ctx,
         keys,
         stored.where,
         lambda: _put_statement(ctx, stored, cas),
-        lambda: pack_checkpoint_entry(ctx, stored),
-        lambda token, ttl, version, journal: _put_hot(
-            keys, stored, token, ttl, version, cas, ctx.config.hot_checkpoints, journal
+        lambda: seal_entry(ctx, pack_checkpoint_entry(stored)),
+        lambda token, ttl, row, journal: _put_hot(
+            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, journal
         ),
     )
     if rows == []:
         yield from _conflict(ctx, stored.where, stored.parent_id, None)
-    return stored.where.config(stored.checkpoint_id)
+    config = stored.where.config(stored.checkpoint_id)
+    config["configurable"][HEAD_KEY] = stored.checkpoint_id  # as a read of it would say
+    return config
+
+
+def _extends_head(config: RunnableConfig, parent_id: str | None) -> bool:
+    """Whether a put must extend its namespace's head (compare-and-set) rather than fork.
+
+    A run carries the configurable of the checkpoint it loaded: `HEAD_KEY` set to an id
+    when it loaded the head, set to ``None`` when it loaded an older checkpoint by id (a
+    fork the caller asked for). A put without the key that names a parent (a run that
+    began on an empty thread, or a direct call) extends the head too. A root put without
+    it does not: two runs that both start an empty namespace are not serialized.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    if HEAD_KEY in configurable:
+        return configurable[HEAD_KEY] is not None
+    return parent_id is not None
 
 
 def _write(
@@ -99,22 +114,23 @@ def _write(
     bypassed it raises rather than write Postgres under entries Redis may still hold.
     Write-through, or write-behind for a thread Redis does not hold: intent, Postgres
     commit, then the hot script with the committed version (which clears the intent).
-    ``hot(token, ttl, version, journal)`` builds the script call.
+    ``hot(token, ttl, committed row, journal)`` builds the script call.
     """
     if ctx.config.write_mode == "behind":
         journal_entry = (journal_key(ctx.config.key_prefix), entry(), ctx.config.max_unflushed)
-        reply = yield from try_hot(ctx, hot("", -1, 0, journal_entry))
+        reply = yield from try_hot(ctx, hot("", -1, None, journal_entry))
         if reply is None:
             raise bypassed(where.thread_id)
         if not isinstance(reply, list):
             return None  # journaled
         if reply[0] == b"conflict":
             yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
-        yield from journal.flush(ctx, timeout=None)  # "cold": Postgres must be current first
+        if int(reply[1]):  # "cold" with entries of the thread unflushed: Postgres first
+            yield from journal.flush(ctx, timeout=None)
     token = yield from announce(ctx, keys)
     rows: list[dict[str, Any]] = (yield from commit(ctx, token, [keys.thread_id], [statement()]))[0]
     if token is not None:
-        applied = hot(token, ctx.ttl_ms, int(rows[0]["version"]), None) if rows else None
+        applied = hot(token, ctx.ttl_ms, rows[0], None) if rows else None
         yield from try_hot(ctx, applied or _release(keys, token))
     return rows
 
@@ -176,12 +192,16 @@ def _put_hot(
     stored: StoredCheckpoint,
     token: str,
     ttl: int,
-    version: int,
+    row: dict[str, Any] | None,
     cas: bool,
     keep: int,
     journal: Journal | None = None,
 ) -> Hot:
     ns = stored.where.checkpoint_ns
+    if row is None:  # write-behind: the script itself checks the head when asked
+        version, head = 0, "1" if cas else "0"
+    else:  # write-through, after the commit
+        version, head = int(row["version"]), "h" if row["head"] == stored.checkpoint_id else "0"
     hot_keys = [
         keys.intents,
         keys.index(ns),
@@ -203,7 +223,7 @@ def _put_hot(
         keys.unflushed_member(ns, ""),
         new_version(),
         version,
-        "1" if cas and journal is not None else "0",
+        head,
         keys.version_field(ns),
         len(stored.blobs),
     ]
@@ -237,7 +257,7 @@ def put_writes(
     task_path: str,
 ) -> Op[None]:
     where = locate(config, need_id=True)
-    stored = encode_writes(ctx.serde, where, writes, task_id, task_path)
+    stored = encode_writes(ctx.codec, where, writes, task_id, task_path)
     if not stored:
         return None
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
@@ -246,9 +266,9 @@ def put_writes(
         keys,
         where,
         lambda: _writes_statement(ctx, where, stored),
-        lambda: pack_writes_entry(ctx, where, stored),
-        lambda token, ttl, version, journal: _writes_hot(
-            keys, where, stored, token, ttl, version, journal
+        lambda: seal_entry(ctx, pack_writes_entry(where, stored)),
+        lambda token, ttl, row, journal: _writes_hot(
+            keys, where, stored, token, ttl, int(row["version"]) if row else 0, journal
         ),
     )
     return None
@@ -345,7 +365,7 @@ def _mutate_threads(
     for keys in keyed:
         tokens.append((yield from announce(ctx, keys)))
     bypassed = [t for t, tok in zip(thread_ids, tokens, strict=True) if tok is None]
-    marks = [stale_mark(ctx, t) for t in bypassed]
+    marks = stale_marks(ctx, bypassed)
     heads = (
         []
         if deletes

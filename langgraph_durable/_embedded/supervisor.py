@@ -164,7 +164,7 @@ class _Spawner:
             if self._thread is None or not self._thread.is_alive() or stale:
                 self._jobs = queue.SimpleQueue()
                 self._thread = threading.Thread(
-                    target=self._run, args=(self._jobs,), name="lgd-embedded-spawner", daemon=True
+                    target=self._serve, args=(self._jobs,), name="lgd-embedded-spawner", daemon=True
                 )
                 self._thread.start()
                 self._owner_pid = os.getpid()
@@ -174,7 +174,7 @@ class _Spawner:
         return future.result()
 
     @staticmethod
-    def _run(jobs: queue.SimpleQueue[_Job]) -> None:
+    def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
         while True:
             launch, future = jobs.get()
             try:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Generator
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
 import redis.asyncio as redis
 
-from langgraph_durable._core.requests import Cold, Hot, Latencies, Op, Request
+from langgraph_durable._core.context import Latencies
+from langgraph_durable._core.requests import Cold, Hot, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     SCRIPTS,
+    AsyncEffects,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
@@ -41,13 +44,14 @@ class Tiers:
     async def open(self) -> None:
         await self.pool.open(wait=False)
 
-    async def run(self, op: Op[T]) -> T:
-        """Drive an operation to its end, executing each request it yields."""
+    async def run(self, op: Generator[Any, Any, T], effects: AsyncEffects) -> T:
+        """Drive an operation to its end: execute each storage request it yields, hand any
+        other request (a tool effect) to ``effects``, send back the reply or throw in the error."""
         try:
             request = next(op)
             while True:
                 try:
-                    result = await self.execute(request)
+                    result = await self.execute(request, effects)
                 except Exception as exc:
                     request = op.throw(exc)
                 else:
@@ -55,14 +59,16 @@ class Tiers:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    async def execute(self, request: Request) -> Any:
+    async def execute(self, request: Any, effects: AsyncEffects) -> Any:
         started = time.perf_counter()
         if isinstance(request, Hot):
             result = await self.hot(request)
         elif isinstance(request, Cold):
             result = await self.cold(request)
-        else:
+        elif isinstance(request, Pause):
             return await asyncio.sleep(request.seconds)
+        else:
+            return await effects(request)
         self.latencies.record("hot" if isinstance(request, Hot) else "cold",
                               time.perf_counter() - started)
         return result

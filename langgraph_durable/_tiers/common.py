@@ -1,7 +1,9 @@
-"""What both drivers share: script sources, client options, and error translation."""
+"""What both drivers share: script sources, client options, error translation, and the
+signature of the callback that answers requests that are not storage requests."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -14,6 +16,11 @@ from redis.retry import Retry
 from langgraph_durable._core import lua
 from langgraph_durable.config import SaverConfig, seconds
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
+
+# Answers a request that is not `Hot`, `Cold` or `Pause` (a tool effect); its return value
+# (awaited by the asyncio driver) is sent back into the operation, its error thrown in.
+Effects = Callable[[Any], Any]
+AsyncEffects = Callable[[Any], Awaitable[Any]]
 
 SCRIPTS = {
     "get": lua.GET_SCRIPT,

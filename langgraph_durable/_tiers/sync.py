@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from typing import Any, TypeVar
 
 import psycopg
@@ -10,11 +11,13 @@ import psycopg.errors
 import psycopg_pool
 import redis
 
-from langgraph_durable._core.requests import Cold, Hot, Latencies, Op, Request
+from langgraph_durable._core.context import Latencies
+from langgraph_durable._core.requests import Cold, Hot, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     SCRIPTS,
+    Effects,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
@@ -40,13 +43,14 @@ class Tiers:
     def open(self) -> None:
         self.pool.open(wait=False)
 
-    def run(self, op: Op[T]) -> T:
-        """Drive an operation to its end, executing each request it yields."""
+    def run(self, op: Generator[Any, Any, T], effects: Effects) -> T:
+        """Drive an operation to its end: execute each storage request it yields, hand any
+        other request (a tool effect) to ``effects``, send back the reply or throw in the error."""
         try:
             request = next(op)
             while True:
                 try:
-                    result = self.execute(request)
+                    result = self.execute(request, effects)
                 except Exception as exc:
                     request = op.throw(exc)
                 else:
@@ -54,14 +58,16 @@ class Tiers:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    def execute(self, request: Request) -> Any:
+    def execute(self, request: Any, effects: Effects) -> Any:
         started = time.perf_counter()
         if isinstance(request, Hot):
             result = self.hot(request)
         elif isinstance(request, Cold):
             result = self.cold(request)
-        else:
+        elif isinstance(request, Pause):
             return time.sleep(request.seconds)
+        else:
+            return effects(request)
         self.latencies.record("hot" if isinstance(request, Hot) else "cold",
                               time.perf_counter() - started)
         return result

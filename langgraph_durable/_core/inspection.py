@@ -2,7 +2,7 @@
 
 Nothing here writes. Each statement is a template with a ``{schema}`` placeholder,
 rendered with `langgraph_durable._core.sql.render`; every operation yields `Cold`
-requests and is run with ``saver._run(op)`` or ``await saver._arun(op)``.
+requests and is run by the engine (``saver.engine``), e.g. `Engine.thread_summaries`.
 """
 
 from __future__ import annotations

@@ -1,75 +1,24 @@
-"""Identities of the tool-call ledger: call keys, argument fingerprints, lease owners.
+"""What the engine asks the operating system: who this process is, and whether another
+process on this host still runs.
 
-Also whether a lease owner provably no longer runs a call (this process and the call is
-not running here; or a process on this host that no longer exists), so a crash on the same
-host is noticed without waiting for the lease to run out.
+A lease owner is ``"host:pid:random"``; the host part includes the boot and pid namespace,
+so two containers that share a hostname never take each other's pids for their own. A
+crash on the same host is thus noticed without waiting for a lease to run out.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
+import secrets
 import socket
 import threading
-import uuid
 from dataclasses import dataclass
-from typing import Any
-
-from langgraph_durable._core.keys import check_text
-from langgraph_durable.errors import ConfigurationError
-
-
-def derive_key(thread_id: str, checkpoint_ns: str, call_ref: str) -> str:
-    """The key of a call from its thread, namespace and tool call id (or task position).
-
-    Mirrored in SQL by ``COPY_THREAD_LEDGER_SQL``: parts are length-prefixed, so no id can
-    make two calls collide.
-    """
-    text = "|".join(f"{len(p.encode())}:{p}" for p in (thread_id, checkpoint_ns, call_ref))
-    return "lgd-" + hashlib.sha256(text.encode()).hexdigest()[:40]
-
-
-def explicit_key(value: object) -> str:
-    """Validate a key returned by a tool's ``key=`` function.
-
-    Raises:
-        ConfigurationError: not a non-empty string Postgres can store.
-    """
-    key = check_text(value, "idempotency key")
-    if not key:
-        raise ConfigurationError("idempotency key must not be empty")
-    return key
-
-
-def fingerprint(args: Any) -> str:
-    """sha256 of the canonical JSON (sorted keys, no spaces) of a call's arguments."""
-    text = json.dumps(
-        args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _jsonable(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    if isinstance(value, bytes):
-        return {"$bytes": value.hex()}
-    isoformat = getattr(value, "isoformat", None)
-    if callable(isoformat):
-        return isoformat()
-    return f"<{type(value).__qualname__}>{value!r}"
 
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """This process as a lease owner: ``"host:pid:uuid"``."""
+    """This process as a lease owner: ``"host:pid:random"``."""
 
     host: str
     pid: int
@@ -89,8 +38,13 @@ def process_owner() -> Owner:
     with _owner_lock:
         if _owner is None or _owner.pid != pid:
             host = _host_identity()
-            _owner = Owner(host, pid, f"{host}:{pid}:{uuid.uuid4().hex}")
+            _owner = Owner(host, pid, f"{host}:{pid}:{secrets.token_hex(16)}")
         return _owner
+
+
+def consumer_name() -> str:
+    """This process's name in the write-behind journal's consumer group."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _host_identity() -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core.codec import FrameError, decode_frame, encode_frame
+from langgraph_durable._core.ledger.model import OUTCOMES, LedgerRecord, Resolution
 from langgraph_durable.errors import (
     ConfigurationError,
     CorruptStateError,
@@ -23,23 +23,7 @@ from langgraph_durable.errors import (
     ToolCallError,
 )
 
-if TYPE_CHECKING:
-    from langgraph_durable._core.ledger import LedgerRecord
-
 logger = logging.getLogger("langgraph_durable")
-
-Outcome = Literal["succeeded", "failed", "retry"]
-OUTCOMES: tuple[str, ...] = get_args(Outcome)
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """A verdict on an uncertain call, from ``verify``, a human or an operator."""
-
-    outcome: Outcome
-    result: Any = None
-    has_result: bool = False
-    error: str | None = None
 
 
 def encode_result(serde: SerializerProtocol, value: Any) -> bytes:

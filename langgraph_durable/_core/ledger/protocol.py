@@ -3,8 +3,8 @@
 One call of a durable tool is the generator `call`. It yields the saver's requests (`Cold`:
 one statement, committed before the next step; `Pause`) and the effects only the tool
 wrapper can perform: `Verify`, `Ask` (a LangGraph ``interrupt()``) and `Invoke` (run the
-tool). It returns the tool's result or raises. The sync and async wrappers in
-``langgraph_durable.tools`` only answer those requests.
+tool). It returns the tool's result or raises. The engine's drivers answer the
+storage requests and hand the effects to the tool wrapper (``langgraph_durable.tools``).
 
 States of a key::
 
@@ -19,181 +19,51 @@ so two workers never both believe they own an attempt.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any
 
 from redis.backoff import ExponentialBackoff
 
-from langgraph_durable._core.ledger_keys import owner_gone
-from langgraph_durable._core.ledger_sql import statements
-from langgraph_durable._core.ledger_values import (
+from langgraph_durable._core.context import Context
+from langgraph_durable._core.ledger.model import (
+    INTERRUPT_TYPE,
+    Ask,
+    CallOp,
+    CallSpec,
+    Invoke,
+    LedgerRecord,
+    OwnerGone,
+    Raised,
     Resolution,
-    decode_result,
+    Returned,
+    Status,
+    Verify,
+)
+from langgraph_durable._core.ledger.records import Seen, from_row, read, resolve
+from langgraph_durable._core.ledger.sql import statements
+from langgraph_durable._core.ledger.values import (
     encode_result,
     error_type,
     parse_resolution,
     rebuild_error,
 )
-from langgraph_durable._core.requests import Cold, Context, Op, Pause, Request
+from langgraph_durable._core.requests import Cold, Op, Pause
 from langgraph_durable.errors import (
     ConfigurationError,
     IdempotencyConflictError,
     SerializationError,
     TierUnavailableError,
-    ToolCallError,
     ToolCallInProgressError,
     ToolOutcomeUncertainError,
 )
 
 logger = logging.getLogger("langgraph_durable")
 
-Status = Literal["started", "succeeded", "failed", "uncertain"]
-OnUncertain = Literal["raise", "retry", "interrupt"]
-OnDuplicate = Literal["warn", "raise", "replay", "ignore"]
-INTERRUPT_TYPE = "langgraph_durable/uncertain_tool_call"
-
-T = TypeVar("T")
-
 _POLL = ExponentialBackoff(cap=0.5, base=0.025)  # waiting on a live lease
+
 _FINISH_RETRY = ExponentialBackoff(cap=1.0, base=0.1)  # recording an outcome
+
 _FINISH_TRIES = 4
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRecord:
-    """One tool call as the ledger holds it.
-
-    Attributes:
-        key: the idempotency key (pass it downstream; see `current_idempotency_key`).
-        thread_id, checkpoint_ns: the graph thread and namespace the call ran in.
-        tool_call_id: the id of the model's tool call (``None`` for task-position keys).
-        task_id: the LangGraph task that ran it, when known.
-        tool: the tool's name.
-        args_fingerprint: sha256 of the canonical JSON of the model-visible arguments.
-        status: ``"started"``, ``"succeeded"``, ``"failed"`` or ``"uncertain"``.
-        attempts: how many times the tool was started under this key (0: the result was
-            replayed from a probable duplicate).
-        result: what the tool returned (usually a ``ToolMessage`` or a ``Command``).
-        error: the last failure's message (or why a result could not be stored).
-        error_type: ``"module:qualname"`` of the last failure's exception.
-        retryable: whether the last failure may be retried (``None`` unless failed).
-        lease_owner: ``"host:pid:uuid"`` of the process that ran the latest attempt.
-        lease_expires_at: when that attempt's lease runs out (``None`` once finished).
-        duplicate_of: the key of a recent call with the same thread, tool and
-            arguments, when this one was flagged as a probable duplicate.
-        started_at, finished_at: first claim, latest outcome (database clock).
-    """
-
-    key: str
-    thread_id: str
-    checkpoint_ns: str
-    tool_call_id: str | None
-    task_id: str | None
-    tool: str
-    args_fingerprint: str
-    status: Status
-    attempts: int
-    result: Any
-    error: str | None
-    error_type: str | None
-    retryable: bool | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    duplicate_of: str | None
-    started_at: datetime
-    finished_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """How one durable tool treats waits, uncertain outcomes and probable duplicates."""
-
-    lease: float
-    wait: float
-    on_uncertain: OnUncertain
-    verify: bool
-    on_duplicate: OnDuplicate
-    duplicate_window: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class CallSpec:
-    """Everything known about one call before it runs."""
-
-    key: str
-    thread_id: str
-    checkpoint_ns: str
-    call_ref: str | None  # third part of a derived key; None for an explicit key
-    tool_call_id: str | None
-    task_id: str | None
-    tool: str
-    args: Any  # the model-visible arguments (for verify and the interrupt payload)
-    fingerprint: str
-    owner: str
-    policy: Policy
-
-
-# ----------------------------------------------------------------- effects (non-SQL steps)
-
-
-@dataclass(frozen=True, slots=True)
-class Verify:
-    """Call the tool's ``verify(key, args)``; the driver sends back its answer."""
-
-    key: str
-    args: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """Call ``langgraph.types.interrupt(payload)``; the driver sends back the answer."""
-
-    payload: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Invoke:
-    """Run the tool under the current lease; the driver sends back `Returned` or `Raised`."""
-
-    key: str
-    attempt: int
-    lease: float
-
-
-@dataclass(frozen=True, slots=True)
-class Returned:
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Raised:
-    """The tool raised. ``kind``: ``"error"`` (an outcome), ``"paused"`` (LangGraph's
-    ``interrupt()`` or another graph bubble-up: runs again on resume) or ``"cancelled"``
-    (not an outcome: nothing is written, the lease runs out)."""
-
-    error: BaseException
-    kind: Literal["error", "paused", "cancelled"]
-    retryable: bool = False
-
-
-# What the call protocol yields: the saver's requests, and the tool wrapper's effects.
-CallRequest = Request | Verify | Ask | Invoke
-CallOp = Generator[CallRequest, Any, T]
-
-
-@dataclass(frozen=True, slots=True)
-class _Seen:
-    record: LedgerRecord
-    claimed: bool
-    lease_expired: bool
-    has_result: bool
-
-
-# ------------------------------------------------------------------------ the protocol
 
 
 def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
@@ -219,7 +89,9 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
             if taken is not None:
                 return (yield from _execute(ctx, spec, taken))
         elif record.status == "started":
-            dead = not seen.lease_expired and owner_gone(record.lease_owner, record.key)
+            dead = not seen.lease_expired and bool(
+                (yield OwnerGone(record.lease_owner, record.key))
+            )
             if seen.lease_expired or dead:
                 marked = yield from _mark_uncertain(ctx, record, force=dead)
                 if marked is not None:
@@ -250,7 +122,7 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
             if settled is not None:
                 return settled[0]
         # A lost race or a wait: look again.
-        again = yield from _read(ctx, spec.key)
+        again = yield from read(ctx, spec.key)
         if again is None:  # deleted meanwhile (its thread was deleted): start afresh
             seen = yield from _claim(ctx, spec)
             if seen.claimed:
@@ -259,7 +131,7 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
             seen = again
 
 
-def _claim(ctx: Context, spec: CallSpec) -> Op[_Seen]:
+def _claim(ctx: Context, spec: CallSpec) -> Op[Seen]:
     window = spec.policy.duplicate_window if spec.call_ref is not None else None
     params = {
         "key": spec.key,
@@ -277,12 +149,7 @@ def _claim(ctx: Context, spec: CallSpec) -> Op[_Seen]:
     while True:  # no row: a concurrent claim committed after our snapshot; it is visible now
         rows = (yield Cold.one(statements(ctx.config.schema).claim, params, fetch=True))[0]
         if rows:
-            return _seen(ctx, rows[0])
-
-
-def _read(ctx: Context, key: str) -> Op[_Seen | None]:
-    rows = (yield Cold.one(statements(ctx.config.schema).get, {"key": key}, fetch=True))[0]
-    return _seen(ctx, rows[0]) if rows else None
+            return from_row(ctx, rows[0])
 
 
 def _check_same_call(spec: CallSpec, record: LedgerRecord) -> None:
@@ -296,7 +163,7 @@ def _check_same_call(spec: CallSpec, record: LedgerRecord) -> None:
         )
 
 
-def _replay(seen: _Seen) -> Any:
+def _replay(seen: Seen) -> Any:
     record = seen.record
     if not seen.has_result:
         raise SerializationError(
@@ -332,7 +199,7 @@ def _fresh(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
             )[0]
             if rows:
                 logger.warning("%s; replaying its result", note)
-                return _replay(_seen(ctx, rows[0]))
+                return _replay(from_row(ctx, rows[0]))
         elif mode == "raise":
             error = IdempotencyConflictError(note, key=spec.key)
             yield from _finish(
@@ -462,10 +329,10 @@ def _reclaim(ctx: Context, spec: CallSpec, record: LedgerRecord) -> Op[LedgerRec
         record.attempts + 1,
         record.status,
     )
-    return _seen(ctx, rows[0]).record
+    return from_row(ctx, rows[0]).record
 
 
-def _mark_uncertain(ctx: Context, record: LedgerRecord, *, force: bool) -> Op[_Seen | None]:
+def _mark_uncertain(ctx: Context, record: LedgerRecord, *, force: bool) -> Op[Seen | None]:
     rows = (
         yield Cold.one(
             statements(ctx.config.schema).mark_uncertain,
@@ -478,10 +345,10 @@ def _mark_uncertain(ctx: Context, record: LedgerRecord, *, force: bool) -> Op[_S
             fetch=True,
         )
     )[0]
-    return _seen(ctx, rows[0]) if rows else None
+    return from_row(ctx, rows[0]) if rows else None
 
 
-def _settle(ctx: Context, spec: CallSpec, seen: _Seen) -> CallOp[tuple[Any] | None]:
+def _settle(ctx: Context, spec: CallSpec, seen: Seen) -> CallOp[tuple[Any] | None]:
     """Apply verify, then the tool's policy, to an uncertain call. ``None``: lost a race."""
     record = seen.record
     resolution = None
@@ -544,119 +411,3 @@ def interrupt_payload(spec: CallSpec, record: LedgerRecord) -> dict[str, Any]:
         "lease_owner": record.lease_owner,
         "started_at": record.started_at.isoformat(),
     }
-
-
-# -------------------------------------------------------------- inspection and settling
-
-
-def resolve(
-    ctx: Context,
-    key: str,
-    resolution: Resolution,
-    *,
-    attempts: int | None = None,
-    tool: str | None = None,
-) -> Op[LedgerRecord | None]:
-    """Settle an uncertain call (or a started one whose lease ran out).
-
-    ``"retry"`` records a retryable failure, so the next execution runs the tool again.
-    Returns the settled record, or ``None`` if the call was not in a settleable state.
-
-    Raises:
-        SerializationError: the result cannot be serialized.
-    """
-    frame, error, etype, retryable = None, None, None, None
-    if resolution.outcome == "succeeded":
-        value = (
-            resolution.result
-            if resolution.has_result
-            else (
-                f"{tool or 'the tool'} completed: its outcome was confirmed after an "
-                "interrupted attempt (the original result was not kept)"
-            )
-        )
-        try:
-            frame = encode_result(ctx.serde, value)
-        except Exception as exc:
-            raise SerializationError(
-                f"cannot serialize the result given for {key}: {exc}", channel=f"ledger:{key}"
-            ) from exc
-    else:
-        retryable = resolution.outcome == "retry"
-        error = resolution.error or (
-            "settled for retry" if retryable else "settled as failed after an interrupted attempt"
-        )
-        etype = f"{ToolCallError.__module__}:{ToolCallError.__qualname__}"
-    rows = (
-        yield Cold.one(
-            statements(ctx.config.schema).resolve,
-            {
-                "key": key,
-                "attempts": attempts,
-                "status": "succeeded" if resolution.outcome == "succeeded" else "failed",
-                "result": frame,
-                "error": error,
-                "error_type": etype,
-                "retryable": retryable,
-            },
-            fetch=True,
-        )
-    )[0]
-    if not rows:
-        return None
-    logger.info("tool call %s settled: %s", key, resolution.outcome)
-    return _seen(ctx, rows[0]).record
-
-
-def get(ctx: Context, key: str) -> Op[LedgerRecord | None]:
-    """The record of one key."""
-    seen = yield from _read(ctx, key)
-    return seen.record if seen else None
-
-
-def list_thread(ctx: Context, thread_id: str) -> Op[list[LedgerRecord]]:
-    """A thread's calls, oldest first."""
-    rows = (
-        yield Cold.one(statements(ctx.config.schema).list, {"thread_id": thread_id}, fetch=True)
-    )[0]
-    return [_seen(ctx, row).record for row in rows]
-
-
-def counts(ctx: Context, thread_id: str | None) -> Op[dict[str, int]]:
-    """Calls per status (every status present, zeros included)."""
-    rows = (
-        yield Cold.one(statements(ctx.config.schema).count, {"thread_id": thread_id}, fetch=True)
-    )[0]
-    result = dict.fromkeys(get_args(Status), 0)
-    result.update({row["status"]: row["n"] for row in rows})
-    return result
-
-
-def heartbeat(ctx: Context, owner: str, leases: Sequence[tuple[str, int, float]]) -> Op[set[str]]:
-    """Extend the leases ``(key, attempt, seconds)`` of our running calls; returns the keys
-    still ours."""
-    rows = (
-        yield Cold.one(
-            statements(ctx.config.schema).heartbeat,
-            {
-                "owner": owner,
-                "keys": [k for k, _, _ in leases],
-                "attempts": [a for _, a, _ in leases],
-                "leases": [s for _, _, s in leases],
-            },
-            fetch=True,
-        )
-    )[0]
-    return {row["key"] for row in rows}
-
-
-def _seen(ctx: Context, row: dict[str, Any]) -> _Seen:
-    frame = row["result"]
-    result = (
-        decode_result(ctx.serde, frame, row["key"], row["thread_id"]) if frame is not None else None
-    )
-    record = LedgerRecord(
-        **{f.name: row[f.name] for f in dataclasses.fields(LedgerRecord) if f.name != "result"},
-        result=result,
-    )
-    return _Seen(record, bool(row.get("claimed")), bool(row["lease_expired"]), frame is not None)

@@ -6,7 +6,7 @@ database clock (``clock_timestamp()``), never the caller's, so leases mean the s
 on every host.
 
 A derived key is ``"lgd-" + sha256(f"{n}:{thread}|{n}:{ns}|{n}:{ref}")[:40]`` where each
-``n`` is the UTF-8 length of the part that follows it (see `_core.ledger.derive_key`);
+``n`` is the UTF-8 length of the part that follows it (see `_core.ledger.keys.derive_key`);
 `COPY_THREAD_LEDGER_SQL` recomputes it in SQL for the target thread.
 """
 

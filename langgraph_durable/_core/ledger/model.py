@@ -1,0 +1,171 @@
+"""The tool-call ledger's data: records, per-tool policy, one call's spec, verdicts, and
+the effects the protocol asks of whoever runs it.
+
+The effects are requests no storage driver answers: `Invoke` (run the tool), `Verify`
+(ask the tool's ``verify``), `Ask` (a LangGraph ``interrupt()``) — answered by the tool
+wrapper — and `OwnerGone` (is a lease owner's process gone?) — answered by the engine,
+which may ask the operating system.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar, get_args
+
+from langgraph_durable._core.requests import Request
+
+Status = Literal["started", "succeeded", "failed", "uncertain"]
+
+OnUncertain = Literal["raise", "retry", "interrupt"]
+
+OnDuplicate = Literal["warn", "raise", "replay", "ignore"]
+Outcome = Literal["succeeded", "failed", "retry"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+
+INTERRUPT_TYPE = "langgraph_durable/uncertain_tool_call"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRecord:
+    """One tool call as the ledger holds it.
+
+    Attributes:
+        key: the idempotency key (pass it downstream; see `current_idempotency_key`).
+        thread_id, checkpoint_ns: the graph thread and namespace the call ran in.
+        tool_call_id: the id of the model's tool call (``None`` for task-position keys).
+        task_id: the LangGraph task that ran it, when known.
+        tool: the tool's name.
+        args_fingerprint: sha256 of the canonical JSON of the model-visible arguments.
+        status: ``"started"``, ``"succeeded"``, ``"failed"`` or ``"uncertain"``.
+        attempts: how many times the tool was started under this key (0: the result was
+            replayed from a probable duplicate).
+        result: what the tool returned (usually a ``ToolMessage`` or a ``Command``).
+        error: the last failure's message (or why a result could not be stored).
+        error_type: ``"module:qualname"`` of the last failure's exception.
+        retryable: whether the last failure may be retried (``None`` unless failed).
+        lease_owner: ``"host:pid:random"`` of the process that ran the latest attempt.
+        lease_expires_at: when that attempt's lease runs out (``None`` once finished).
+        duplicate_of: the key of a recent call with the same thread, tool and
+            arguments, when this one was flagged as a probable duplicate.
+        started_at, finished_at: first claim, latest outcome (database clock).
+    """
+
+    key: str
+    thread_id: str
+    checkpoint_ns: str
+    tool_call_id: str | None
+    task_id: str | None
+    tool: str
+    args_fingerprint: str
+    status: Status
+    attempts: int
+    result: Any
+    error: str | None
+    error_type: str | None
+    retryable: bool | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    duplicate_of: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one durable tool treats waits, uncertain outcomes and probable duplicates."""
+
+    lease: float
+    wait: float
+    on_uncertain: OnUncertain
+    verify: bool
+    on_duplicate: OnDuplicate
+    duplicate_window: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    """Everything known about one call before it runs."""
+
+    key: str
+    thread_id: str
+    checkpoint_ns: str
+    call_ref: str | None  # third part of a derived key; None for an explicit key
+    tool_call_id: str | None
+    task_id: str | None
+    tool: str
+    args: Any  # the model-visible arguments (for verify and the interrupt payload)
+    fingerprint: str
+    owner: str
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """A verdict on an uncertain call, from ``verify``, a human or an operator."""
+
+    outcome: Outcome
+    result: Any = None
+    has_result: bool = False
+    error: str | None = None
+
+
+# ----------------------------------------------------------------- effects (non-SQL steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """Call the tool's ``verify(key, args)``; the driver sends back its answer."""
+
+    key: str
+    args: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Call ``langgraph.types.interrupt(payload)``; the driver sends back the answer."""
+
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Invoke:
+    """Run the tool under the current lease; the driver sends back `Returned` or `Raised`."""
+
+    key: str
+    attempt: int
+    lease: float
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerGone:
+    """Whether the lease owner provably no longer runs the call (its process on this host
+    is gone, or it is this process and no other caller here handles the key); the engine
+    sends back a bool."""
+
+    owner: str | None
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """The tool raised. ``kind``: ``"error"`` (an outcome), ``"paused"`` (LangGraph's
+    ``interrupt()`` or another graph bubble-up: runs again on resume) or ``"cancelled"``
+    (not an outcome: nothing is written, the lease runs out)."""
+
+    error: BaseException
+    kind: Literal["error", "paused", "cancelled"]
+    retryable: bool = False
+
+
+# What the call protocol yields: the storage requests, and the effects above.
+CallRequest = Request | Verify | Ask | Invoke | OwnerGone
+CallOp = Generator[CallRequest, Any, T]

@@ -1,0 +1,200 @@
+"""The engine: runs the core's operations for one saver.
+
+It holds the `Context` every operation reads, the blocking clients (shared by all threads)
+and the asyncio clients of each event loop (a loop's clients die with it, so successive
+``asyncio.run`` calls keep working), probes the hot tier when its breaker says so, answers
+the requests that ask the operating system (`OwnerGone`), and keeps the leases of the tool
+calls running in this process. `DurableSaver`, `Ledger`, the flusher, `DurableTool` and the
+CLI all run operations through ``saver.engine``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_durable._core import inspection, migrate, ops
+from langgraph_durable._core.context import Breaker, Context, MarkClock
+from langgraph_durable._core.ledger import OwnerGone
+from langgraph_durable._core.seal import Seal
+from langgraph_durable._core.sql import Migration, Statements
+from langgraph_durable._tiers import aio, host, sync
+from langgraph_durable._tiers.common import AsyncEffects, Effects
+from langgraph_durable._tiers.leases import Leases
+from langgraph_durable.config import SaverConfig, seconds
+
+T = TypeVar("T")
+Operation = Generator[Any, Any, T]  # an `Op`, or one that also yields tool effects
+
+
+class Engine:
+    """Runs operations with the blocking (`run`) or the current event loop's (`arun`)
+    clients. Safe to share between threads and event loops."""
+
+    def __init__(self, config: SaverConfig, serde: SerializerProtocol) -> None:
+        self.config = config
+        self.context = Context(
+            config=config,
+            statements=Statements(config.schema),
+            serde=serde,
+            breaker=Breaker(seconds(config.breaker_cooldown)),
+            marks=MarkClock(seconds(config.stale_poll_interval)),
+            consumer=host.consumer_name(),
+            seal=Seal.of(config),
+        )
+        self.leases = Leases(self.run, self.context)
+        self._lock = threading.Lock()
+        self._sync: sync.Tiers | None = None
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aio.Tiers] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # ------------------------------------------------------------------ clients
+
+    def tiers(self) -> sync.Tiers:
+        """The blocking clients, opened on first use."""
+        if self._sync is None:
+            with self._lock:
+                if self._sync is None:
+                    tiers = sync.Tiers(self.config, self.context.latencies)
+                    tiers.open()
+                    self._sync = tiers
+        return self._sync
+
+    async def atiers(self) -> aio.Tiers:
+        """The running event loop's clients, opened on first use."""
+        loop = asyncio.get_running_loop()
+        tiers = self._aio.get(loop)
+        if tiers is None:
+            fresh = aio.Tiers(self.config, self.context.latencies)
+            await fresh.open()
+            tiers = self._aio.setdefault(loop, fresh)  # two first calls may race here
+            if tiers is not fresh:
+                await fresh.close()
+        return tiers
+
+    @property
+    def has_blocking_clients(self) -> bool:
+        """Whether `close` has blocking clients (or lease heartbeats) to close."""
+        return self._sync is not None
+
+    def close(self) -> None:
+        """Stop the lease heartbeats, then close the blocking clients."""
+        self.leases.close()
+        with self._lock:
+            tiers, self._sync = self._sync, None
+        if tiers is not None:
+            tiers.close()
+
+    async def aclose(self) -> None:
+        """Close the running event loop's clients."""
+        tiers = self._aio.pop(asyncio.get_running_loop(), None)
+        if tiers is not None:
+            await tiers.close()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, op: Operation[T], effects: Effects | None = None) -> T:
+        """Run an operation with the blocking clients; ``effects`` answers its tool effects.
+
+        Before it, a hot tier whose breaker is open is probed (and recovered), or pending
+        stale marks are applied when they are due (`hot.poll_marks`).
+
+        Raises:
+            TierUnavailableError: a tier the operation needs is unreachable.
+        """
+        tiers = self.tiers()
+        if self.context.breaker.should_probe():
+            tiers.run(ops.recover_hot(self.context), _unhandled)
+        elif self.context.marks.due():
+            tiers.run(ops.poll_marks(self.context), _unhandled)
+        return tiers.run(op, _host_first(effects or _unhandled))
+
+    async def arun(self, op: Operation[T], effects: AsyncEffects | None = None) -> T:
+        """Async twin of `run`: the running loop's clients; ``effects`` is awaited."""
+        tiers = await self.atiers()
+        if self.context.breaker.should_probe():
+            await tiers.run(ops.recover_hot(self.context), _aunhandled)
+        elif self.context.marks.due():
+            await tiers.run(ops.poll_marks(self.context), _aunhandled)
+        return await tiers.run(op, _ahost_first(effects or _aunhandled))
+
+    # ------------------------------------------------------------------ this process
+
+    @property
+    def owner(self) -> str:
+        """This process as a tool-call lease owner (``"host:pid:random"``)."""
+        return host.process_owner().text
+
+    @contextmanager
+    def handling(self, key: str) -> Iterator[None]:
+        """Mark a tool call as handled by this process from before its claim until after its
+        outcome, so a concurrent caller here never takes a live call for a dead one."""
+        host.ACTIVE.enter(key)
+        try:
+            yield
+        finally:
+            host.ACTIVE.leave(key)
+
+    # ------------------------------------------------------------------ for operators
+
+    def schema_version(self) -> int:
+        """The schema's migration version (0: not set up)."""
+        return self.run(migrate.current_version(self.config.schema))
+
+    def migrate(self, migrations: Sequence[Migration]) -> list[int]:
+        """Apply the missing migrations; returns the versions applied."""
+        return self.run(migrate.setup(self.config.schema, migrations))
+
+    def thread_summaries(self, *, thread_ids: Sequence[str] | None = None,
+                         limit: int) -> tuple[int, list[inspection.ThreadSummary]]:
+        """The schema's thread count and a page of per-thread summaries (Postgres only)."""
+        return self.run(inspection.thread_summaries(self.config.schema,
+                                                    thread_ids=thread_ids, limit=limit))
+
+    def checkpoint_sizes(self, thread_id: str, *, checkpoint_ns: str | None,
+                         limit: int | None) -> list[inspection.CheckpointSize]:
+        """Bytes each of a thread's checkpoints added, newest first (Postgres only)."""
+        return self.run(inspection.checkpoint_sizes(
+            self.config.schema, thread_id, checkpoint_ns=checkpoint_ns, limit=limit))
+
+    def match_checkpoint(self, thread_id: str, checkpoint_ns: str, fragment: str) -> list[str]:
+        """Ids of a thread's checkpoints that contain ``fragment``."""
+        return self.run(inspection.match_checkpoint(self.config.schema, thread_id,
+                                                    checkpoint_ns, fragment))
+
+
+def _host_first(effects: Effects) -> Effects:
+    """Answer what only this host knows (`OwnerGone`); hand the other effects on."""
+
+    def answer(request: Any) -> Any:
+        if isinstance(request, OwnerGone):
+            return host.owner_gone(request.owner, request.key)
+        return effects(request)
+
+    return answer
+
+
+def _ahost_first(effects: AsyncEffects) -> AsyncEffects:
+    """Async twin of `_host_first`."""
+
+    async def answer(request: Any) -> Any:
+        if isinstance(request, OwnerGone):
+            return host.owner_gone(request.owner, request.key)
+        return await effects(request)
+
+    return answer
+
+
+def _unhandled(request: Any) -> Any:
+    raise TypeError(f"{type(request).__name__} needs an effects handler (engine.run(op, effects))")
+
+
+async def _aunhandled(request: Any) -> Any:
+    return _unhandled(request)

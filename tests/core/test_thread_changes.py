@@ -1,0 +1,73 @@
+"""Changes to whole threads (delete, copy): one transaction that first takes a tombstone
+version, then the hot copies dropped with it — or, with Redis bypassed, stale marks."""
+
+from __future__ import annotations
+
+from langgraph_durable._core import ops
+from langgraph_durable._core.context import Context
+from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.ledger.sql import statements as ledger_statements
+from tests.core.script import Script, cold, hot, hot_down
+
+EMPTY_JOURNAL = [b"", b"", 0]
+
+
+def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context) -> None:
+    """delete_thread: drain the journal (empty), intent, then one transaction of the
+    tombstone, the rows and the thread's ledger — no heads rebuilt, the thread is gone —
+    and ``drop_thread`` with the intent's token and that tombstone, so no copy read before
+    the delete can bring the thread back to Redis."""
+    st = ctx.statements
+    keys = ThreadKeys("t", "a")
+    script = Script([
+        (hot("journal_state", [journal_key("t")]), EMPTY_JOURNAL),
+        (hot("intent", [keys.intents]), 1),
+        (cold(st.tombstone_sql, st.delete_threads_sql,
+              ledger_statements("s").delete_threads), [[{"version": 40}], None, None]),
+        (hot("drop_thread", [keys.intents, keys.registry, keys.versions]), 3),
+    ])
+    script.run(ops.delete_threads(ctx, ["a"]))
+    assert script.done
+    assert script.requests[2].statements[1].params == {"thread_ids": ["a"]}
+    assert list(script.requests[3].args) == [script.requests[1].args[0], 40, ctx.ttl_ms]
+
+
+def test_delete_with_redis_down_marks_the_thread_stale_in_the_same_transaction(
+        ctx: Context) -> None:
+    """Redis fails at the intent: the delete still commits, and its transaction adds the
+    thread's stale mark and a version bump, so every process drops its hot copy; no drop
+    is tried here, and this process applies the marks before its next operation."""
+    st = ctx.statements
+    ctx.marks.checked()
+    script = Script([
+        (hot("journal_state"), EMPTY_JOURNAL),
+        (hot("intent"), hot_down()),
+        (cold(st.tombstone_sql, st.delete_threads_sql, st.mark_hot_stale_sql,
+              st.bump_thread_sql), [[{"version": 41}], None, None, None]),
+    ])
+    script.run(ops.delete_threads(ctx, ["a"], keep_ledger=True))
+    assert script.done
+    _, _, mark, bump = script.requests[2].statements
+    assert mark.params == {"thread_id": "a"} and bump.params == {"thread_id": "a"}
+    assert ctx.breaker.is_open and ctx.marks.due()
+
+
+def test_copy_rebuilds_the_targets_heads_and_drops_only_the_target(ctx: Context) -> None:
+    """copy_thread: the target's rows and ledger are written and its namespaces get their
+    heads (and new versions) back in the same transaction; only the target's hot copy is
+    dropped — the source's stays valid."""
+    st = ctx.statements
+    target = ThreadKeys("t", "b")
+    script = Script([
+        (hot("journal_state"), EMPTY_JOURNAL),
+        (hot("intent", [target.intents]), 1),
+        (cold(st.tombstone_sql, st.copy_thread_sql, ledger_statements("s").copy_thread,
+              st.rebuild_heads_sql), [[{"version": 50}], None, None, None]),
+        (hot("drop_thread", [target.intents, target.registry, target.versions]), 0),
+    ])
+    script.run(ops.copy_thread(ctx, "a", "b"))
+    assert script.done
+    _, copy, _, heads = script.requests[2].statements
+    assert copy.params == {"source": "a", "target": "b"}
+    assert heads.params == {"thread_ids": ["b"]}
+    assert script.requests[3].args[1] == 50

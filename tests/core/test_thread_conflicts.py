@@ -1,0 +1,102 @@
+"""One history per thread: a put that extends the head it read commits only if that head
+is still the namespace's head, and otherwise raises `ThreadConflictError`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_durable._core import ops
+from langgraph_durable._core.context import Context
+from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.records import HEAD_KEY
+from langgraph_durable.errors import ThreadConflictError
+from tests.core.script import Script, cold, hot
+
+THREAD = "thread-1"
+PARENT = "1f0-parent"
+
+
+def _put_on_head(ctx: Context) -> tuple[str, Any]:
+    """A put whose config came from a read of the latest checkpoint (it carries
+    `HEAD_KEY`): its checkpoint id and the operation."""
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"x": 2}
+    checkpoint["channel_versions"] = {"x": "2"}
+    config = {"configurable": {"thread_id": THREAD, "checkpoint_ns": "",
+                               "checkpoint_id": PARENT, HEAD_KEY: PARENT}}
+    return checkpoint["id"], ops.put(ctx, config, checkpoint,  # type: ignore[arg-type]
+                                     {"source": "loop", "step": 1}, {"x": "2"})
+
+
+def test_write_through_put_on_a_moved_head_raises_and_releases_its_intent(
+        ctx: Context) -> None:
+    """Write-through: the put statement is a compare-and-set on the head row (``cas``);
+    when it returns no row nothing was stored, so the intent is cleared with ``release``
+    (not the hot put), the head is looked up, and ThreadConflictError names the thread,
+    the parent the run read, the head it found and the run that wrote it."""
+    _, op = _put_on_head(ctx)
+    keys = ThreadKeys("t", THREAD)
+    st = ctx.statements
+    script = Script([
+        (hot("intent", [keys.intents]), 1),
+        (cold(st.put_checkpoint_sql), [[]]),
+        (hot("release", [keys.intents]), 1),
+        (cold(st.head_sql), [[{"head": "1f0-other", "run_id": "run-9"}]]),
+    ])
+    with pytest.raises(ThreadConflictError) as raised:
+        script.run(op)
+    assert script.done
+    put_stmt = script.requests[1].statements[0]
+    assert put_stmt.fetch and put_stmt.params["cas"] is True
+    assert put_stmt.params["parent_id"] == PARENT
+    assert list(script.requests[2].args) == [script.requests[0].args[0]]
+    assert script.requests[3].statements[0].params == {"thread_id": THREAD,
+                                                       "checkpoint_ns": ""}
+    error = raised.value
+    assert (error.thread_id, error.checkpoint_ns) == (THREAD, "")
+    assert (error.expected, error.head, error.run_id) == (PARENT, "1f0-other", "run-9")
+    assert PARENT in str(error) and "1f0-other" in str(error)
+
+
+def test_write_behind_put_on_a_moved_head_raises_with_the_head_redis_found(
+        make_ctx: Callable[..., Context]) -> None:
+    """Write-behind: the journaled script checks the head in Redis (its head flag is
+    set) and replies ``[b"conflict", head]``; the run id comes from Postgres, but the head
+    named is the one Redis found (Postgres may not have it yet)."""
+    ctx = make_ctx(write_mode="behind")
+    _, op = _put_on_head(ctx)
+    script = Script([
+        (hot("put_behind"), [b"conflict", b"1f0-redis-head"]),
+        (cold(ctx.statements.head_sql), [[{"head": "1f0-older", "run_id": None}]]),
+    ])
+    with pytest.raises(ThreadConflictError) as raised:
+        script.run(op)
+    assert script.done
+    assert script.requests[0].args[11] == "1"
+    error = raised.value
+    assert (error.thread_id, error.expected, error.head) == (THREAD, PARENT, "1f0-redis-head")
+    assert error.run_id is None
+
+
+def test_write_behind_put_on_the_head_is_one_journaled_script(
+        make_ctx: Callable[..., Context]) -> None:
+    """Write-behind on the current head: one script, with the head check on, the journal
+    key last and the entry's payload, unflushed member and bound after the arguments; no
+    Postgres request. The returned config carries the new head for the next put."""
+    ctx = make_ctx(write_mode="behind")
+    checkpoint_id, op = _put_on_head(ctx)
+    keys = ThreadKeys("t", THREAD)
+    script = Script([(hot("put_behind"), b"1-0")])
+    config = script.run(op)
+    assert script.done
+    request = script.requests[0]
+    assert request.keys[0] == keys.intents and request.keys[-1] == journal_key("t")
+    assert request.args[0] == "" and request.args[1] == -1, "no intent; no TTL until flushed"
+    assert request.args[11] == "1"
+    assert list(request.args[-2:]) == [keys.unflushed_member("", checkpoint_id),
+                                       ctx.config.max_unflushed]
+    assert config["configurable"][HEAD_KEY] == checkpoint_id

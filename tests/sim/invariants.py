@@ -1,0 +1,279 @@
+"""The coherence invariants of DESIGN.md §2, checked on a run's history and final state.
+
+Steps are the scheduler's clock: a call *acknowledged before* a read ended at a step
+smaller than the read's start. A call that raised is not acknowledged, but its effect
+may exist, so it never counts as a floor and never counts as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.base import CheckpointTuple
+
+from tests.sim.core import Cold, Op, Tiers, execute, ops, run
+from tests.sim.scheduler import Sim, short
+from tests.sim.workload import DESTROYS, Record, config, tuple_id
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken invariant: which, where, what, and at which step."""
+
+    invariant: str  # I1..I5, "E" (an error the protocol must not raise), "L" (stuck)
+    where: str
+    message: str
+    step: int
+
+    def __str__(self) -> str:
+        return f"{self.invariant} at step {self.step} [{self.where}]: {self.message}"
+
+
+def _ids(record: Record) -> list[str]:
+    """Checkpoint ids a read returned."""
+    result = record.result
+    if isinstance(result, list):
+        return [i for i in (tuple_id(t) for t in result) if i]
+    return [i for i in [tuple_id(result)] if i]
+
+
+def _overlaps(d: Record, start: int, end: int) -> bool:
+    """Whether call ``d`` ran at any point of ``[start, end]`` (unfinished: forever)."""
+    return d.start <= end and (d.end < 0 or d.end >= start)
+
+
+class Checker:
+    """Judges one finished `Sim`."""
+
+    def __init__(self, sim: Sim, allowance: int = 0) -> None:
+        self.sim, self.allowance = sim, allowance
+        self.history = sim.history
+        self.puts = {r.call.checkpoint_id: r for r in self.history if r.call.kind == "put"}
+        self.out: list[Violation] = []
+
+    def report(self, invariant: str, record: Record | None, message: str) -> None:
+        where = place(record.call.thread, record.call.ns) if record else "-"
+        step = record.end if record else self.sim.clock
+        self.out.append(Violation(invariant, where, message, step))
+
+    def _same(self, r: Record, thread: str, ns: str | None = None) -> bool:
+        return r.call.thread == thread and (ns is None or r.call.ns == ns)
+
+    def _destroys(self, thread: str, kinds: Iterable[str] = DESTROYS) -> list[Record]:
+        return [d for d in self.history if d.call.kind in kinds and d.call.thread == thread]
+
+    # ------------------------------------------------------------------ I1
+
+    def _floor(self, read: Record, *, for_list: bool) -> list[Record]:
+        """Acknowledged puts the read must see (newest first)."""
+        t, ns = read.call.thread, read.call.ns
+        deletes, prunes = self._destroys(t, ["delete"]), self._destroys(t, ["prune"])
+        out = []
+        for p in self.puts.values():
+            if not (p.acked and self._same(p, t, ns) and p.ends_before(read.start)):
+                continue
+            if p.id in self.sim.lost or any(_overlaps(d, p.start, read.end) for d in deletes):
+                continue
+            late = read.end if for_list else p.end  # a later prune may drop old ones
+            if any(_overlaps(d, p.start, late) for d in prunes):
+                continue
+            if (self.allowance and not p.hot_written and p.proc != read.proc
+                    and read.start - p.end <= self.allowance):
+                continue
+            out.append(p)
+        return sorted(out, key=lambda p: p.call.checkpoint_id, reverse=True)
+
+    def never_older(self) -> None:
+        """I1: a read of the head started after a put was acknowledged is not older than
+        it, carries the acknowledged pending writes, and a list holds every such put."""
+        for r in self.history:
+            if not r.acked or r.call.kind not in ("get_latest", "list", "list_filter"):
+                continue
+            got = _ids(r)
+            if r.call.kind == "get_latest":
+                floor = self._floor(r, for_list=False)
+                if floor and (not got or got[0] < floor[0].call.checkpoint_id):
+                    self.report("I1", r, f"#{r.id} read {_short(got)} but #{floor[0].id} "
+                                f"acknowledged {_short([floor[0].call.checkpoint_id])} before")
+                elif got:
+                    self._writes_carried(r, got[0])
+                continue
+            flt = r.call.filter or {}
+            for p in self._floor(r, for_list=True):
+                meta = {"source": "fork" if p.call.fork else "loop", "step": p.call.step}
+                if all(meta.get(k) == v for k, v in flt.items()) and (
+                        p.call.checkpoint_id not in got):
+                    self.report("I1", r, f"#{r.id} {r.call.kind}({flt}) misses "
+                                f"{_short([p.call.checkpoint_id])} acknowledged by #{p.id}")
+
+    def _writes_carried(self, read: Record, cid: str) -> None:
+        tup: CheckpointTuple = read.result
+        have = {(task, ch) for task, ch, _ in tup.pending_writes or []}
+        deletes = self._destroys(read.call.thread, ["delete"])
+        for w in self.history:
+            if not (w.acked and w.call.kind == "put_writes" and w.call.checkpoint_id == cid
+                    and w.ends_before(read.start) and w.id not in self.sim.lost
+                    and self._same(w, read.call.thread, read.call.ns)):
+                continue
+            if any(_overlaps(d, w.start, read.end) for d in deletes):
+                continue
+            missing = [(t, ch) for t, _, ch in w.call.writes if (t, ch) not in have]
+            if missing:
+                self.report("I1", read, f"#{read.id} read {_short([cid])} without pending "
+                            f"writes {missing} acknowledged by #{w.id}")
+
+    # ------------------------------------------------------------------ I2
+
+    def nothing_lost(self, cold: set[tuple[str, ...]]) -> None:
+        """I2: after the drain, every acknowledged checkpoint and write is in Postgres."""
+        for r in self.history:
+            if not r.acked or r.call.kind not in ("put", "put_writes") or r.id in self.sim.lost:
+                continue
+            if any(_overlaps(d, r.start, 1 << 30) for d in self._destroys(r.call.thread)):
+                continue
+            c = r.call
+            wanted = ([(c.thread, c.ns, c.checkpoint_id)] if c.kind == "put" else
+                      [(c.thread, c.ns, c.checkpoint_id, t, str(i)) for t, i, _ in c.writes])
+            missing = [w for w in wanted if w not in cold]
+            if missing:
+                self.report("I2", r, f"#{r.id} {c.kind} {_short([c.checkpoint_id])} acknowledged"
+                            f" but {len(missing)} of {len(wanted)} rows missing in Postgres")
+
+    # ------------------------------------------------------------------ I3
+
+    def converge(self, tiers: Tiers) -> None:
+        """I3: after quiescence Redis serves each thread's head as Postgres holds it,
+        pending writes included."""
+        for thread, ns in self.sim.places():
+            hot_ctx, cold_ctx = self.sim.reader(), self.sim.reader("through")
+            cold_ctx.breaker.failure()  # bypass Redis: Postgres alone
+            served, hot = _hot_only(tiers, ops.get_tuple(hot_ctx, config(thread, ns)))
+            cold = run(tiers, ops.get_tuple(cold_ctx, config(thread, ns)))
+            where = place(thread, ns)
+            if not served:
+                if cold is not None:
+                    self.out.append(Violation("I3", where, "Redis misses the head "
+                                              f"{_short([tuple_id(cold)])} after a warming read",
+                                              self.sim.clock))
+                continue
+            if tuple_id(hot) != tuple_id(cold) or _writes(hot) != _writes(cold):
+                self.out.append(Violation(
+                    "I3", where, f"Redis serves {_short([tuple_id(hot)])} with "
+                    f"{len(_writes(hot))} writes, Postgres {_short([tuple_id(cold)])} with "
+                    f"{len(_writes(cold))}", self.sim.clock))
+
+    # ------------------------------------------------------------------ I4
+
+    def deleted_is_deleted(self, cold: set[tuple[str, ...]]) -> None:
+        """I4: after an acknowledged delete, nothing written before it is served, by any
+        read or by Postgres at the end."""
+        for d in self.history:
+            if not (d.acked and d.call.kind == "delete"):
+                continue
+            for r in self.history:
+                if not (r.acked and r.call.kind.startswith(("get", "list"))
+                        and self._same(r, d.call.thread) and r.start > d.end):
+                    continue
+                old = [i for i in _ids(r) if i in self.puts and self.puts[i].ends_before(d.start)]
+                if old:
+                    self.report("I4", r, f"#{r.id} {r.call.kind} served {_short(old)} "
+                                f"deleted by #{d.id}")
+            left = [row[2] for row in cold if len(row) == 3 and row[0] == d.call.thread
+                    and row[2] in self.puts and self.puts[row[2]].ends_before(d.start)]
+            if left:
+                self.report("I4", d, f"Postgres still holds {_short(left)} after delete #{d.id}")
+
+    # ------------------------------------------------------------------ I5
+
+    def one_history(self) -> None:
+        """I5: per thread and namespace, each acknowledged checkpoint descends from the one
+        acknowledged before it, except at a fork the workload asked for, across a delete
+        (whatever its outcome), or for a root checkpoint (two runs that both start a
+        namespace with no checkpoint yet are not serialized: docs/failure-model.md)."""
+        parent = {cid: r.call.parent_id for cid, r in self.puts.items()}
+        last: dict[tuple[str, str], Record] = {}
+        for r in sorted((p for p in self.puts.values() if p.acked), key=lambda p: p.end):
+            key = (r.call.thread, r.call.ns)
+            prev = last.get(key)
+            last[key] = r
+            deletes = self._destroys(r.call.thread, ["delete"])
+            if prev is None or r.call.fork or not r.call.parent_id or not prev.call.parent_id:
+                continue  # a fork asked for, or a root (roots are not serialized)
+            if any(_overlaps(d, prev.start, r.end) for d in deletes):
+                continue
+            node, seen = r.call.checkpoint_id, 0
+            while node and node != prev.call.checkpoint_id and seen < 10_000:
+                node, seen = parent.get(node, ""), seen + 1
+            if node != prev.call.checkpoint_id:
+                basis = self.history[r.call.basis]
+                why = ("its writer's read began after that: a stale read"
+                       if prev.ends_before(basis.start) and basis.call.kind != "put"
+                       else "concurrent writers: the second one should get ThreadConflictError")
+                self.report("I5", r, f"#{r.id} put {_short([r.call.checkpoint_id])} (parent "
+                            f"{_short([r.call.parent_id])}) does not descend from "
+                            f"{_short([prev.call.checkpoint_id])} acknowledged by #{prev.id}; "
+                            + why)
+
+    # ------------------------------------------------------------------ all
+
+    def run(self) -> list[Violation]:
+        """Every check, on the history and on both tiers' final state."""
+        sim = self.sim
+        for r in self.history:
+            if r.error.startswith("UNEXPECTED"):
+                self.report("E", r, f"#{r.id} {r.call.kind} raised {r.error[11:]}")
+        if sim.stuck:
+            self.report("L", None, "calls still in flight (or journal not drained) long "
+                        "after the workload stopped")
+            return self.out
+        cold = cold_rows(sim)
+        self.never_older()
+        self.nothing_lost(cold)
+        self.converge(sim.env.tiers)
+        self.deleted_is_deleted(cold)
+        self.one_history()
+        return self.out
+
+
+def cold_rows(sim: Sim) -> set[tuple[str, ...]]:
+    """Postgres's rows of the run's threads, queried directly: ``(thread, ns, id)`` for
+    checkpoints, ``(thread, ns, id, task, idx)`` for writes."""
+    schema = sim.env.schema
+    rows: set[tuple[str, ...]] = set()
+    for r in sim.env.pg.execute(
+        f'SELECT thread_id, checkpoint_ns, checkpoint_id FROM "{schema}".lgd_checkpoints '
+        "WHERE thread_id = ANY(%s)", [sim.threads]).fetchall():
+        rows.add((r[0], r[1], r[2]))
+    for r in sim.env.pg.execute(
+        f'SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx FROM "{schema}".'
+        "lgd_writes WHERE thread_id = ANY(%s)", [sim.threads]).fetchall():
+        rows.add((r[0], r[1], r[2], r[3], str(r[4])))
+    return rows
+
+
+def _hot_only(tiers: Tiers, op: Op[Any]) -> tuple[bool, Any]:
+    """Drive a read on Redis alone: ``(False, None)`` as soon as it turns to Postgres."""
+    request = next(op)
+    while True:
+        if isinstance(request, Cold):
+            op.close()
+            return False, None
+        try:
+            request = op.send(execute(tiers, request))
+        except StopIteration as stop:
+            return True, stop.value
+
+
+def _writes(tup: CheckpointTuple | None) -> set[tuple[str, str, str]]:
+    return {(t, c, repr(v)) for t, c, v in (tup.pending_writes or [])} if tup else set()
+
+
+def place(thread: str, ns: str) -> str:
+    """``t0`` or ``t0/inner``."""
+    return short(thread) + (f"/{ns}" if ns else "")
+
+
+def _short(ids: Sequence[str | None]) -> str:
+    return ",".join("…" + i[-6:] if i else "None" for i in ids) or "nothing"
