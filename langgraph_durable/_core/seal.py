@@ -24,8 +24,6 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core.codec import (
@@ -84,7 +82,11 @@ class Seal:
         if isinstance(secret, str):
             secret = secret.encode()
         self._mac = hmac.new(secret, digestmod=hashlib.sha256) if secret else None
-        self._ciphers = {k.encode(): AESGCM(v) for k, v in (keys or {}).items()}
+        self._ciphers: dict[bytes, Any] = {}
+        if keys:  # imported only when encryption is configured
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._ciphers = {k.encode(): AESGCM(v) for k, v in keys.items()}
         current = key_id or (next(iter(keys)) if keys else None)
         self._current = current.encode() if current else b""
         self.kind = AEAD if self._ciphers else HMAC if self._mac else CHECKSUM
@@ -105,7 +107,7 @@ class Seal:
         """A frame of ``body`` bound to ``where`` (see `place`)."""
         if self.kind == AEAD:
             nonce = secrets.token_bytes(_NONCE)
-            sealed = self._ciphers[self._current].encrypt(nonce, body, where)
+            sealed: bytes = self._ciphers[self._current].encrypt(nonce, body, where)
             return bytes((AEAD, len(self._current))) + self._current + nonce + sealed
         if self.kind == HMAC:
             return bytes((HMAC,)) + self._tag(body, where) + body
@@ -155,9 +157,12 @@ class Seal:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise FrameError(f"encrypted with key {key_id.decode(errors='replace')!r}, not listed")
+        from cryptography.exceptions import InvalidTag
+
         nonce = frame[start : start + _NONCE]
         try:
-            return cipher.decrypt(nonce, frame[start + _NONCE :], where)
+            body: bytes = cipher.decrypt(nonce, frame[start + _NONCE :], where)
+            return body
         except (InvalidTag, ValueError) as exc:
             raise FrameError(
                 "decryption failed (forged, damaged, or moved from another place)"
