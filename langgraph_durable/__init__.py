@@ -14,6 +14,7 @@ from langgraph_durable.errors import (
     ToolCallError,
     ToolCallInProgressError,
     ToolOutcomeUncertainError,
+    WriteRejectedError,
 )
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
@@ -36,6 +37,7 @@ __all__ = [
     "ToolCallError",
     "ToolCallInProgressError",
     "ToolOutcomeUncertainError",
+    "WriteRejectedError",
     "current_idempotency_key",
     "durable_tool",
 ]

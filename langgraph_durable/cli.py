@@ -8,6 +8,7 @@ Look at what a `DurableSaver` stored, check the servers, run the crash-and-resum
     langgraph-durable show THREAD [CHECKPOINT]    # state values, pending writes, interrupts
     langgraph-durable diff THREAD A B             # what changed between two checkpoints
     langgraph-durable ledger THREAD               # tool calls: status and attempts
+    langgraph-durable dead-letters list           # write-behind entries Postgres rejected
     langgraph-durable demo                        # kill an agent mid-run, resume it
 
 Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
@@ -62,6 +63,10 @@ app = typer.Typer(
 embedded_app = typer.Typer(help="Real PostgreSQL and Valkey servers from PyPI wheels.",
                            no_args_is_help=True)
 app.add_typer(embedded_app, name="embedded")
+dead_letters_app = typer.Typer(
+    help="Write-behind journal entries Postgres rejected: list, retry or drop them.",
+    no_args_is_help=True)
+app.add_typer(dead_letters_app, name="dead-letters")
 
 console = Console(highlight=False, emoji=False)
 errors = Console(stderr=True, highlight=False, emoji=False)
@@ -280,6 +285,51 @@ def flush(
         after = saver.health()["flush"]["unflushed"]
         console.print(f"flushed in {time.monotonic() - started:.2f}s: {moved} journal entries; "
                       f"unflushed {before} → {after}")
+
+
+@dead_letters_app.command("list")
+def dead_letters_list(
+    limit: Annotated[int, typer.Option(help="Show at most this many.")] = 100,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd",
+) -> None:
+    """List the journal entries Postgres rejected (oldest first) and why."""
+    from langgraph_durable._cli import dead_letters
+
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
+        found = dead_letters.letters(saver, limit)
+        if not found:
+            console.print(f"no dead letters under prefix {prefix!r}")
+            return
+        console.print(dead_letters.letters_table(found))
+
+
+def _dead_letter_command(action: str, summary: str) -> Any:
+    """The ``dead-letters retry`` / ``drop`` command (they differ in the action alone)."""
+
+    def command(
+        letter_ids: Annotated[list[str], typer.Argument(
+            metavar="ID...", help="Dead letter ids, or 'all'.")],
+        redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+        schema: Schema = "public", prefix: Prefix = "lgd",
+    ) -> None:
+        from langgraph_durable._cli import dead_letters
+
+        target = _target(redis_url, postgres_url, schema, prefix)
+        with _failures(), _open(target) as saver:
+            if letter_ids == ["all"]:
+                letter_ids = [letter.id for letter in dead_letters.letters(saver, 100_000)]
+            for letter_id in letter_ids:
+                console.print(dead_letters.resolve(saver, letter_id, action))
+
+    command.__doc__ = summary
+    return command
+
+
+dead_letters_app.command("retry")(_dead_letter_command(
+    "retry", "Put dead letters back on the journal, once what Postgres rejected was fixed."))
+dead_letters_app.command("drop")(_dead_letter_command(
+    "drop", "Delete dead letters for good (their checkpoints or writes never reach Postgres)."))
 
 
 @app.command(name="migrate")

@@ -112,6 +112,9 @@ class SaverConfig:
             how long such a write can stay unseen by readers of Redis.
         flush_interval: write-behind: the longest an acknowledged write waits for a flush.
         flush_batch: write-behind: the most journal entries one flush transaction carries.
+        flush_batch_bytes: write-behind: the most payload bytes one flush batch carries
+            (its first entry is taken whatever its size), so a backlog of large checkpoints
+            drains in reads that finish well within the socket timeout.
         flush_policy: write-behind: ``"all"`` flushes every checkpoint; ``"latest"`` only the
             newest checkpoint of each thread and namespace in a batch (and the writes it needs).
         reclaim_after: write-behind: how long a batch another flusher took may sit
@@ -120,6 +123,8 @@ class SaverConfig:
             off when standalone ``langgraph-durable flush --follow`` workers do all flushing.
         max_unflushed: write-behind: the most journal entries Redis may hold while Postgres
             is unreachable before writes raise `TierUnavailableError`.
+        max_unflushed_bytes: write-behind: the same bound in payload bytes; once the
+            journal holds more, writes raise `TierUnavailableError` (``tier="cold"``).
         prepare_threshold: psycopg's prepared-statement threshold (``None`` for poolers
             such as PgBouncer in transaction mode).
         secret: key of the HMAC-SHA256 every stored frame and journal entry carries, bound
@@ -154,10 +159,12 @@ class SaverConfig:
     stale_poll_interval: float | timedelta = 1.0
     flush_interval: float | timedelta = 0.25
     flush_batch: int = 256
+    flush_batch_bytes: int = 32 * 1024 * 1024
     flush_policy: FlushPolicy = "all"
     reclaim_after: float | timedelta = 10.0
     background_flush: bool = True
     max_unflushed: int = 100_000
+    max_unflushed_bytes: int = 2 * 1024 * 1024 * 1024
     prepare_threshold: int | None = 5
     secret: bytes | str | None = field(default=None, repr=False)
     encryption: Mapping[str, bytes] | None = field(default=None, repr=False)
@@ -206,7 +213,13 @@ class SaverConfig:
                 raise ConfigurationError(f"{name} must not be negative")
         if seconds(self.flush_interval) <= 0:
             raise ConfigurationError("flush_interval must be positive")
-        for name in ("redis_max_connections", "postgres_max_connections", "flush_batch"):
+        for name in (
+            "redis_max_connections",
+            "postgres_max_connections",
+            "flush_batch",
+            "flush_batch_bytes",
+            "max_unflushed_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")
         if self.hot_checkpoints < 0:

@@ -62,6 +62,23 @@ class TierUnavailableError(DurableError):
         return (_rebuild, (type(self), self.args, self.__dict__))
 
 
+class WriteRejectedError(DurableError):
+    """Postgres refused a statement because of what it holds (a value it cannot store, a
+    row over one of its size limits), not because it is unreachable: retrying the same
+    statement fails the same way. `__cause__` is the driver's error.
+
+    Attributes:
+        sqlstate: Postgres' error code (``"22P02"``, ``"54000"``, ...), if it sent one.
+    """
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
 class ThreadConflictError(DurableError):
     """Another run moved the thread's head since this run read it: committing on top of
     the head this run saw would fork the thread's history.

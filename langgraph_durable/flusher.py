@@ -18,7 +18,7 @@ from typing import Protocol
 from langgraph_durable._core import journal
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import seconds
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import DurableError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -95,7 +95,7 @@ def run_flusher(
         signal.signal(signal.SIGTERM, _handler)
         signal.signal(signal.SIGINT, _handler)
     engine = saver.engine
-    moved = drain(engine)
+    moved = 0 if follow else drain(engine)
     interval = seconds(engine.config.flush_interval)
     while follow and not stop.is_set():
         try:
@@ -103,6 +103,10 @@ def run_flusher(
         except TierUnavailableError as exc:
             logger.warning("flusher: %s", exc)
             stop.wait(1.0)
+            continue
+        except DurableError:  # e.g. a schema not set up: say so, keep the worker up
+            logger.exception("flusher: cannot flush; retrying")
+            stop.wait(5.0)
             continue
         stop.wait(interval)
     return moved
@@ -113,8 +117,7 @@ def wait_until_flushed(saver: HasEngine, timeout: float) -> bool:
     engine = saver.engine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _, _, length = engine.run(journal.journal_state(engine.context))
-        if length == 0:
+        if engine.run(journal.journal_state(engine.context)).length == 0:
             return True
         time.sleep(0.01)
     return False

@@ -120,9 +120,14 @@ def _flush_lag(report: Report) -> Iterable[tuple[float, Attributes]]:
         yield lag, {}
 
 
-def _unflushed(report: Report) -> Iterable[tuple[float, Attributes]]:
-    if (count := _number(_section(report, "flush").get("unflushed"))) is not None:
-        yield count, {}
+def _flush_field(key: str) -> Reader:
+    """A reader of one number of the report's ``flush`` section."""
+
+    def read(report: Report) -> Iterable[tuple[float, Attributes]]:
+        if (value := _number(_section(report, "flush").get(key))) is not None:
+            yield value, {}
+
+    return read
 
 
 def _latency(report: Report) -> Iterable[tuple[float, Attributes]]:
@@ -146,7 +151,12 @@ _INSTRUMENTS: tuple[tuple[str, str, str, str, Reader], ...] = (
      _breaker_trips),
     ("flush.lag", "gauge", "s", "age of the oldest write not yet in Postgres", _flush_lag),
     ("flush.unflushed", "updown", "{entry}", "write-behind journal entries not yet in Postgres",
-     _unflushed),
+     _flush_field("unflushed")),
+    ("flush.unflushed_bytes", "updown", "By", "payload bytes of those entries",
+     _flush_field("unflushed_bytes")),
+    ("flush.dead_letters", "updown", "{entry}",
+     "write-behind entries Postgres rejected, waiting for an operator",
+     _flush_field("dead_letters")),
     ("persist.latency", "gauge", "ms", "request latency percentiles per tier", _latency),
     ("ledger.calls", "updown", "{call}", "tool calls in the ledger by status", _ledger),
 )

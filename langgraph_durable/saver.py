@@ -9,9 +9,11 @@ successive ``asyncio.run`` calls keep working).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import random
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
@@ -35,13 +37,22 @@ from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._core.strict import default_serde
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import DurableError, TierUnavailableError
 from langgraph_durable.flusher import BackgroundFlusher
 from langgraph_durable.ledger import Ledger
 
 logger = logging.getLogger("langgraph_durable")
 logger.addHandler(logging.NullHandler())  # quiet unless the application configures logging
 T = TypeVar("T")
+
+# Write-behind savers whose background flusher runs: flushed at interpreter exit.
+_UNCLOSED: weakref.WeakSet[DurableSaver] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_unclosed() -> None:
+    for saver in list(_UNCLOSED):
+        saver._flush_at_exit()
 
 
 class DurableSaver(BaseCheckpointSaver[str]):
@@ -135,15 +146,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
         open a connection to each tier.
 
         Raises:
-            TierUnavailableError: Postgres cannot be reached (Redis may be down: the saver
-                then serves from Postgres until it is back).
+            TierUnavailableError: Postgres cannot be reached, said within seconds with the
+                (masked) URL and the reason (Redis may be down: the saver then serves from
+                Postgres until it is back).
+            ConfigurationError: the database does not exist or refused the credentials.
             SchemaVersionError: the schema was migrated by a newer release.
         """
+        self.engine.check_cold()
         self.engine.run(migrate.setup(self.config.schema, self.migrations))
         self.engine.run(hot.connect(self._ctx))
 
     async def asetup(self) -> None:
         """Async twin of `setup`."""
+        await self.engine.acheck_cold()
         await self.engine.arun(migrate.setup(self.config.schema, self.migrations))
         await self.engine.arun(hot.connect(self._ctx))
 
@@ -152,6 +167,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
             if self._flusher is None:
                 self._flusher = BackgroundFlusher(self.engine)
                 self._flusher.start()
+                _UNCLOSED.add(self)
+
+    def _flush_at_exit(self) -> None:
+        """A script that ends without `close`: move what it acknowledged to Postgres."""
+        if self._flusher is None:
+            return
+        try:
+            self.close()
+        except Exception as exc:  # the interpreter is going away: say it, do not raise
+            logger.warning("at exit: acknowledged writes left in Redis for a flusher: %s", exc)
 
     def flush(self, timeout: float | None = None) -> int:
         """Block until every write acknowledged before the call is in Postgres.
@@ -195,15 +220,29 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 logger.warning(
                     "close: acknowledged writes left in Redis for a later flusher: %s", exc
                 )
+        if self.engine.has_blocking_clients:
+            self._leave_journal()
         self.engine.close()
         with self._lock:
             callbacks, self._on_close = self._on_close, []
         for callback in reversed(callbacks):
             callback()
 
+    def _leave_journal(self) -> None:
+        """Take this saver's consumer out of the journal's group (when it holds nothing)."""
+        try:
+            self.engine.run(hot.try_hot(self._ctx, journal.leave_request(self._ctx)))
+        except DurableError as exc:
+            logger.debug("close: consumer left in the journal's group: %s", exc)
+
     async def aclose(self) -> None:
         """Close the current event loop's clients (and the blocking ones, after the
         flusher's final drain)."""
+        if not self.engine.has_blocking_clients:
+            try:
+                await self.engine.arun(hot.try_hot(self._ctx, journal.leave_request(self._ctx)))
+            except DurableError as exc:
+                logger.debug("close: consumer left in the journal's group: %s", exc)
         await self.engine.aclose()
         if self.engine.has_blocking_clients or self._flusher is not None or self._on_close:
             await asyncio.to_thread(self.close)

@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver
 
@@ -108,3 +109,25 @@ def make_saver(namespace: tuple[str, str], write_mode: str) -> Iterator[type[Dur
 def saver(make_saver: type[DurableSaver]) -> DurableSaver:
     """One set-up saver."""
     return make_saver()
+
+
+def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
+              metadata: dict[str, object] | None = None) -> dict[str, object]:
+    """Put one checkpoint whose only channel ``value`` holds ``value``; returns its config."""
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": value}
+    checkpoint["channel_versions"] = {"value": version}
+    return saver.put(  # type: ignore[return-value]
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}, checkpoint,
+        {"source": "input", "step": -1, **(metadata or {})},  # type: ignore[typeddict-item]
+        {"value": version})
+
+
+def cold_checkpoints(schema: str, thread_id: str) -> int:
+    """How many checkpoints of a thread Postgres holds."""
+    with psycopg.connect(POSTGRES_URL) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{schema}".lgd_checkpoints '
+                           "WHERE thread_id = %s", (thread_id,)).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -22,7 +23,7 @@ HOSTILE_IDS = [
     "*",
     "lgd:*",
     "ünïcødé 🚀 テスト",
-    "x" * 10_000,
+    os.urandom(512).hex(),  # 1 KB that no compression shrinks: the longest id stored
     "",
     " ",
     "\\",

@@ -54,7 +54,8 @@ def test_every_documented_key_becomes_an_observation() -> None:
     source = FixedReport({
         "hot": {"reachable": True, "breaker": "open", "trips": 3},
         "cold": {"reachable": False},
-        "flush": {"lag_seconds": 1.5, "unflushed": 7},
+        "flush": {"lag_seconds": 1.5, "unflushed": 7, "unflushed_bytes": 900,
+                  "dead_letters": 2},
         "latency_ms": {"hot_p50": 0.4, "hot_p99": 2.0, "cold_p50": 1.2, "cold_p99": None},
         "ledger": {"succeeded": 4, "uncertain": 1},
     })
@@ -67,6 +68,8 @@ def test_every_documented_key_becomes_an_observation() -> None:
     assert found[prefix + "hot.breaker.trips"] == [({"service": "test"}, 3.0)]
     assert found[prefix + "flush.lag"] == [({"service": "test"}, 1.5)]
     assert found[prefix + "flush.unflushed"] == [({"service": "test"}, 7.0)]
+    assert found[prefix + "flush.unflushed_bytes"] == [({"service": "test"}, 900.0)]
+    assert found[prefix + "flush.dead_letters"] == [({"service": "test"}, 2.0)]
     latency = {(a["tier"], a["quantile"]): v for a, v in found[prefix + "persist.latency"]}
     assert latency == {("hot", "p50"): 0.4, ("hot", "p99"): 2.0, ("cold", "p50"): 1.2}
     ledger = {a["status"]: v for a, v in found[prefix + "ledger.calls"]}

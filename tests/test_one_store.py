@@ -176,7 +176,7 @@ def test_a_readers_warm_never_overwrites_newer_pending_writes(make_saver: Any) -
     thread = f"t-{uuid.uuid4()}"
     (config,) = _chain(saver, thread, ["v1"])
     _forget_hot(saver, thread)
-    reader = ops.get_tuple(saver._ctx, _config(thread))
+    reader = ops.get_tuple(saver.engine.context, _config(thread))
     tiers = saver.engine.tiers()
     request = next(reader)
     while not isinstance(request, Cold):  # up to the Postgres read

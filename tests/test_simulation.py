@@ -86,6 +86,7 @@ def env(namespace: tuple[str, str]) -> Iterator[Env]:
 
 def run_seed(env: Env, seed: int, mode: str) -> tuple[Sim, list[Violation]]:
     """One seeded run and its violations."""
+    env.forget_marks()
     sim = Sim(env, Params.draw(seed, mode, FAULT_KINDS), tag=f"{uuid.uuid4().hex[:6]}-s{seed}")
     sim.run()
     violations = Checker(sim, ALLOWANCE).run()

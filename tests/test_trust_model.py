@@ -28,7 +28,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_durable import ConfigurationError, CorruptStateError, DurableSaver
 from langgraph_durable._core.codec import encode_frame
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import ThreadKeys, dead_letter_key, journal_key
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
 
 SECRET = "correct horse battery staple"
@@ -270,8 +270,8 @@ def test_checkpoint_moved_to_another_checkpoint_is_refused(make_saver: Any) -> N
 def test_forged_journal_entry_never_reaches_postgres(
     make_saver: Any, client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An entry written into the flush journal without the secret is logged and dropped;
-    genuine entries around it are flushed."""
+    """An entry written into the flush journal without the secret goes to the dead letters,
+    never to Postgres; genuine entries around it are flushed."""
     saver = make_saver(secret=SECRET, background_flush=False)
     victim = f"t-{uuid.uuid4()}"
     frame = encode_frame(*saver.serde.dumps_typed({"v": 1, "id": "x"}))
@@ -279,13 +279,14 @@ def test_forged_journal_entry_never_reaches_postgres(
         journal_key(saver.config.key_prefix),
         {"d": ormsgpack.packb(["c", victim, "", "x", None, None, frame, "{}", "{}", []])},
     )
-    with caplog.at_level(logging.ERROR, logger="langgraph_durable"):
+    with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
         genuine = _seed(saver, ["kept"])  # its flush meets the forged entry first
     assert "not genuine" in caplog.text
     query = "SELECT count(*) FROM {schema}.lgd_checkpoints WHERE thread_id = %s"
     assert _sql(saver, query, victim)[0][0] == 0
     assert _sql(saver, query, _thread(genuine))[0][0] == 1
     assert client.xlen(journal_key(saver.config.key_prefix)) == 0
+    assert client.xlen(dead_letter_key(saver.config.key_prefix)) == 1
 
 
 def test_secret_is_never_shown(make_saver: Any) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import redis
 
@@ -14,20 +16,14 @@ from langgraph_durable import DurableSaver
 from langgraph_durable._core import journal
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable.flusher import run_flusher
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints
 from tests.graphs import chat_graph
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 
 IDLE = 3600.0  # a flush interval that keeps the in-process flusher from draining
-
-
-def _cold_count(saver: DurableSaver, thread: str) -> int:
-    with psycopg.connect(POSTGRES_URL) as conn:
-        row = conn.execute(f'SELECT count(*) FROM "{saver.config.schema}".lgd_checkpoints '
-                           "WHERE thread_id = %s", (thread,)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _run(saver: DurableSaver, turns: int = 2) -> dict[str, Any]:
@@ -43,10 +39,10 @@ def test_flush_moves_every_acknowledged_checkpoint(make_saver: Any) -> None:
     saver = make_saver(flush_interval=IDLE)
     config = _run(saver)
     thread = config["configurable"]["thread_id"]
-    assert _cold_count(saver, thread) == 0
+    assert cold_checkpoints(saver.config.schema, thread) == 0
     assert saver.health()["flush"]["unflushed"] > 0
     saver.flush()
-    assert _cold_count(saver, thread) == 10  # 5 checkpoints a turn
+    assert cold_checkpoints(saver.config.schema, thread) == 10  # 5 checkpoints a turn
     assert saver.health()["flush"]["unflushed"] == 0
 
 
@@ -57,7 +53,7 @@ def test_background_flusher_drains_within_its_interval(make_saver: Any) -> None:
     from langgraph_durable.flusher import wait_until_flushed
 
     assert wait_until_flushed(saver, timeout=10)
-    assert _cold_count(saver, config["configurable"]["thread_id"]) == 10
+    assert cold_checkpoints(saver.config.schema, config["configurable"]["thread_id"]) == 10
 
 
 def test_other_process_reads_unflushed_state(make_saver: Any) -> None:
@@ -102,7 +98,7 @@ def test_latest_policy_keeps_newest_checkpoint_per_batch(make_saver: Any) -> Non
     saver = make_saver(flush_interval=IDLE, flush_policy="latest")
     config = _run(saver, turns=2)
     saver.flush()
-    assert _cold_count(saver, config["configurable"]["thread_id"]) == 1
+    assert cold_checkpoints(saver.config.schema, config["configurable"]["thread_id"]) == 1
     cold_reader = DurableSaver(REDIS_URL, POSTGRES_URL, schema=saver.config.schema,
                                key_prefix=f"{saver.config.key_prefix}-cold")
     try:
@@ -133,7 +129,7 @@ def test_concurrent_flushers_lose_nothing(make_saver: Any) -> None:
     worker.join()
     assert len(configs) == 12
     for config in configs:
-        assert _cold_count(savers[0], config["configurable"]["thread_id"]) == 15
+        assert cold_checkpoints(savers[0].config.schema, config["configurable"]["thread_id"]) == 15
     client = redis.Redis.from_url(REDIS_URL)
     assert client.xlen(journal_key(savers[0].config.key_prefix)) == 0
     client.close()
@@ -152,9 +148,31 @@ def test_dead_flushers_batch_is_reclaimed(make_saver: Any) -> None:
 
     time.sleep(0.3)
     saver.flush(timeout=10)
-    assert _cold_count(saver, config["configurable"]["thread_id"]) == 5
+    assert cold_checkpoints(saver.config.schema, config["configurable"]["thread_id"]) == 5
 
 
 def _no_effect(request: object) -> None:
     """Storage operations yield no tool effects."""
     raise AssertionError(f"unexpected effect {request!r}")
+
+
+def test_a_script_that_exits_without_close_still_flushes(
+    namespace: tuple[str, str], make_saver: Any
+) -> None:
+    """A script writes behind and ends without close() (the flusher's interval is an hour):
+    what it acknowledged is in Postgres once it has exited."""
+    schema, prefix = namespace
+    make_saver()  # the schema exists
+    thread = f"t-{uuid.uuid4()}"
+    code = (
+        "from langgraph_durable import DurableSaver\n"
+        "from tests.graphs import chat_graph\n"
+        f"s = DurableSaver({REDIS_URL!r}, {POSTGRES_URL!r}, schema={schema!r}, "
+        f"key_prefix={prefix!r}, write_mode='behind', flush_interval=3600)\n"
+        f"chat_graph(s).invoke({{'messages': [('user', 'hi')]}}, "
+        f"{{'configurable': {{'thread_id': {thread!r}}}}})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert cold_checkpoints(schema, thread) == 5

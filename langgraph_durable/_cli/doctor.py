@@ -22,7 +22,7 @@ from langgraph_durable.saver import DurableSaver
 if TYPE_CHECKING:
     from langgraph_durable._cli.target import Target
 
-EXIT_CONFIG, EXIT_UNAVAILABLE = 2, 3
+EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE = 1, 2, 3
 STALE_INTERVALS, STALE_MIN = 4, 2.0
 _TIER_NAMES = {"hot": "redis", "cold": "postgres"}
 
@@ -70,6 +70,8 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
             code = code or EXIT_CONFIG
         if ready and facts is not None:
             checks += _health_checks(saver)
+            if any(c.status == "fail" for c in checks):
+                code = code or EXIT_FAILED
     finally:
         saver.close()
     return checks, code
@@ -150,7 +152,14 @@ def _health_checks(saver: DurableSaver) -> list[Check]:
                             "Postgres alone"))
     else:
         checks.append(Check("hot tier breaker", "ok", f"closed ({hot.get('trips', 0)} trips)"))
-    checks.append(_flush_check(report.get("flush", {}), seconds(saver.config.flush_interval)))
+    flush: Mapping[str, Any] = report.get("flush", {})
+    checks.append(_flush_check(flush, seconds(saver.config.flush_interval)))
+    dead = flush.get("dead_letters", 0)
+    if dead:
+        checks.append(Check("dead letters", "fail",
+                            f"{dead} write-behind journal entries were rejected by Postgres and "
+                            "wait in the dead letters: `langgraph-durable dead-letters list` "
+                            "(see docs/failure-model.md)"))
     checks.append(_latency_check(report.get("latency_ms", {})))
     return checks
 

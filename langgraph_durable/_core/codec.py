@@ -10,6 +10,7 @@ one tier can be repaired from the other byte for byte.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import xxhash
@@ -79,6 +80,33 @@ def decode_frame(frame: bytes) -> tuple[str, bytes]:
 def dumps_metadata(metadata: Any) -> str:
     """Encode checkpoint metadata as JSON text (stored as ``jsonb`` and in Redis)."""
     return json.dumps(metadata, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def unstorable_json(value: Any, path: str) -> str | None:
+    """What in ``value`` Postgres ``jsonb`` cannot hold, with its path (``None`` if all is
+    well): NaN and infinite floats, NUL characters and unpaired surrogates in strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path} is {value!r} (JSON has no NaN or Infinity; store it as a string)"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"{path} contains a NUL character"
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return f"{path} contains an unpaired surrogate ({value[:40]!r})"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{path}[{key!r}]"
+            if problem := unstorable_json(key, f"a key of {path}") or unstorable_json(
+                item, inner
+            ):
+                return problem
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for i, item in enumerate(value):
+            if problem := unstorable_json(item, f"{path}[{i}]"):
+                return problem
+    return None
 
 
 def loads_metadata(data: str | bytes | dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -102,12 +103,18 @@ def drop(ctx: Context, keys: ThreadKeys, token: str | None, tombstone: int) -> O
     return (
         yield from try_hot(
             ctx,
-            Hot(
-                "drop_thread",
-                [keys.intents, keys.registry, keys.versions],
-                [token or "", tombstone, ctx.ttl_ms],
-            ),
+            _drop_request(ctx, keys, token or "", tombstone, only_flushed=False),
         )
+    )
+
+
+def _drop_request(
+    ctx: Context, keys: ThreadKeys, token: str, tombstone: int, *, only_flushed: bool
+) -> Hot:
+    return Hot(
+        "drop_thread",
+        [keys.intents, keys.registry, keys.versions, keys.unflushed],
+        [token, tombstone, ctx.ttl_ms, "1" if only_flushed else ""],
     )
 
 
@@ -132,11 +139,10 @@ def apply_marks(ctx: Context) -> Op[int]:
     )[0]:
         for row in rows:
             keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
-            yield Hot(
-                "drop_thread",
-                [keys.intents, keys.registry, keys.versions],
-                ["", row["version"], ctx.ttl_ms],
-            )
+            if (yield _drop_request(ctx, keys, "", row["version"], only_flushed=True)) == -1:
+                # write-behind entries of the thread are on their way: they go first
+                yield from journal.flush(ctx, timeout=None)
+                yield _drop_request(ctx, keys, "", row["version"], only_flushed=False)
         applied = max(r["seq"] for r in rows)
         yield Hot("marks", [watermark], [applied])
         dropped += len(rows)

@@ -6,13 +6,19 @@ consumer group, writes it to Postgres in one transaction of idempotent upserts, 
 then acknowledges and deletes the entries. A flusher that dies mid-batch leaves its
 entries pending; another claims them once they sat idle for ``reclaim_after``.
 
-With a secret or encryption configured each entry is sealed (`_core.seal`), and the
-flusher opens it before anything of it goes near Postgres: an entry that fails (written
-into the stream by someone without the key) is logged and dropped.
+A batch Postgres rejects for what it holds (`WriteRejectedError`: a value or a key it
+cannot store) is split in halves until the entry at fault is alone; that entry moves to
+the dead letters (a stream beside the journal, see `dead_letters`) and every other entry
+goes on to Postgres. An entry that cannot even be decoded goes there too.
+
+With a secret or encryption configured each entry is sealed (`_core.seal`) and opened by
+the flusher before anything of it goes near Postgres: an entry that fails (written into
+the stream by someone without the key) goes to the dead letters, never to Postgres.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -23,20 +29,32 @@ import ormsgpack
 
 from langgraph_durable._core.codec import FrameError
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import (
+    ThreadKeys,
+    dead_letter_key,
+    journal_bytes_key,
+    journal_key,
+)
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from langgraph_durable._core.requests import Cold, Hot, Op, Pause, Statement
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
+from langgraph_durable.errors import WriteRejectedError
+
+logger = logging.getLogger("langgraph_durable")
 
 GROUP = "flushers"
-logger = logging.getLogger("langgraph_durable")
 
 
 def seal_entry(ctx: Context, payload: bytes) -> bytes:
     """An entry as the stream holds it: sealed to this prefix's journal when keyed."""
     seal = ctx.seal
     return seal.seal(payload, journal_place(ctx.config.key_prefix)) if seal.keyed else payload
+
+
+# A consumer of the group idle this many times `reclaim_after` with no entry pending
+# belongs to a saver that closed or died: flushers remove it.
+FORGET_CONSUMER_AFTER = 10
 
 
 def pack_checkpoint_entry(stored: StoredCheckpoint) -> bytes:
@@ -79,6 +97,7 @@ class Entry:
     ns: str
     checkpoint_id: str
     body: list[Any]
+    size: int = 0  # payload bytes, as the journal's byte counter counts them
 
     @property
     def order(self) -> tuple[int, int]:
@@ -89,26 +108,30 @@ def _decode(raw: list[Any]) -> Entry:
     entry_id, fields = raw[0], raw[1]
     data = dict(zip(fields[::2], fields[1::2], strict=True))[b"d"]
     body = ormsgpack.unpackb(data)
-    return Entry(entry_id.decode(), body[0], body[1], body[2], body[3], body)
+    kind, thread_id, ns, checkpoint_id = body[0], body[1], body[2], body[3]
+    if kind not in ("c", "w") or not all(
+        isinstance(x, str) for x in (thread_id, ns, checkpoint_id)
+    ):
+        raise ValueError(f"not a journal entry: kind {kind!r}")
+    return Entry(entry_id.decode(), kind, thread_id, ns, checkpoint_id, body, len(data))
 
 
-def _genuine(ctx: Context, raw: list[Any]) -> Entry | None:
-    """The entry, opened with the seal when keyed; ``None`` (logged) when it fails: such an
-    entry was not written by a saver holding the key, and must not be applied."""
+def _genuine(ctx: Context, raw: list[Any]) -> Entry:
+    """`_decode` of an entry opened with the seal when keyed (its size stays the sealed
+    payload's, as the journal's byte counter counted it).
+
+    Raises:
+        FrameError: the entry was not sealed with this saver's key (forged, or written
+            by a saver without it).
+    """
+    if not ctx.seal.keyed:
+        return _decode(raw)
     entry_id, fields = raw[0], raw[1]
-    try:
-        if ctx.seal.keyed:
-            data = dict(zip(fields[::2], fields[1::2], strict=True)).get(b"d", b"")
-            fields = [b"d", bytes(ctx.seal.open(data, journal_place(ctx.config.key_prefix)))]
-        return _decode([entry_id, fields])
-    except (FrameError, ormsgpack.MsgpackDecodeError, ValueError, TypeError, IndexError) as exc:
-        logger.error(
-            "journal entry %s of prefix %r is not genuine (%s): dropped, not flushed",
-            entry_id.decode(),
-            ctx.config.key_prefix,
-            exc,
-        )
-        return None
+    sealed = dict(zip(fields[::2], fields[1::2], strict=True))[b"d"]
+    opened = ctx.seal.open(sealed, journal_place(ctx.config.key_prefix))
+    entry = _decode([entry_id, [b"d", bytes(opened)]])
+    entry.size = len(sealed)
+    return entry
 
 
 def stream_order(entry_id: str) -> tuple[int, int]:
@@ -218,23 +241,61 @@ class _Batch:
         return tuple(out)
 
 
+CheckpointKey = tuple[str, str, str]  # (thread, namespace, checkpoint id)
+
+
+def _latest_kept(entries: list[Entry]) -> set[CheckpointKey]:
+    """The checkpoints the ``latest`` policy flushes: the newest of each thread and
+    namespace in the batch, and every checkpoint of the batch a kept one's `DeltaChannel`
+    value is rebuilt from. A checkpoint's metadata counts what happened since each delta
+    channel's last snapshot (``counters_since_delta_snapshot``, whose largest count is
+    the checkpoints since it, so the last of them holds the snapshot); its parents that far
+    up are kept too."""
+    parents: dict[CheckpointKey, str | None] = {}
+    depth: dict[CheckpointKey, int] = {}
+    newest: dict[tuple[str, str], str] = {}
+    for e in entries:
+        if e.kind != "c":
+            continue
+        key = (e.thread_id, e.ns, e.checkpoint_id)
+        parents[key] = e.body[4]
+        newest[key[:2]] = max(newest.get(key[:2], ""), e.checkpoint_id)
+        try:
+            counters = json.loads(e.body[8]).get("counters_since_delta_snapshot") or {}
+            counts = [c for v in counters.values() for c in (v if isinstance(v, list) else [v])]
+            depth[key] = max((int(c) for c in counts), default=0)
+        except (ValueError, TypeError, AttributeError):
+            depth[key] = len(entries)  # unreadable: keep every ancestor in the batch
+    kept = {(t, ns, cid) for (t, ns), cid in newest.items()}
+    todo = list(kept)
+    while todo:
+        t, ns, cid = todo.pop()
+        parent = parents[(t, ns, cid)]
+        for _ in range(depth[(t, ns, cid)]):
+            if parent is None or (t, ns, parent) not in parents:
+                break
+            if (t, ns, parent) not in kept:
+                kept.add((t, ns, parent))
+                todo.append((t, ns, parent))
+            parent = parents[(t, ns, parent)]
+    return kept
+
+
 def _plan(ctx: Context, entries: list[Entry]) -> _Batch:
     """Apply the flush policy: ``all`` keeps every checkpoint; ``latest`` keeps, per thread
     and namespace, the newest checkpoint of the batch (every blob, so it stays whole) and
-    drops the writes of the checkpoints it skipped."""
+    the ones a `DeltaChannel` rebuilds its value from (`_latest_kept`), and drops the
+    writes of the checkpoints it skipped."""
     batch = _Batch()
-    entries.sort(key=lambda e: e.order)
-    newest: dict[tuple[str, str], str] = {}
+    entries = sorted(entries, key=lambda e: e.order)
+    skipped: set[CheckpointKey] = set()
     if ctx.config.flush_policy == "latest":
-        for e in entries:
-            if e.kind == "c":
-                key = (e.thread_id, e.ns)
-                newest[key] = max(newest.get(key, ""), e.checkpoint_id)
-    skipped = {
-        (e.thread_id, e.ns, e.checkpoint_id)
-        for e in entries
-        if e.kind == "c" and newest.get((e.thread_id, e.ns), e.checkpoint_id) != e.checkpoint_id
-    }
+        kept = _latest_kept(entries)
+        skipped = {
+            (e.thread_id, e.ns, e.checkpoint_id)
+            for e in entries
+            if e.kind == "c" and (e.thread_id, e.ns, e.checkpoint_id) not in kept
+        }
     for e in entries:
         if e.kind == "c":
             if (e.thread_id, e.ns, e.checkpoint_id) in skipped:
@@ -246,10 +307,41 @@ def _plan(ctx: Context, entries: list[Entry]) -> _Batch:
     return batch
 
 
+Rejected = list[tuple[str, str]]  # (entry id, why Postgres or the decoder refused it)
+
+
+def _commit(ctx: Context, entries: list[Entry], rejected: Rejected) -> Op[list[dict[str, Any]]]:
+    """Write entries to Postgres in one transaction; when Postgres rejects it, split the
+    entries in halves until each entry at fault is alone and add it to ``rejected``.
+    Returns the namespace versions the commits gave."""
+    statements = _plan(ctx, entries).statements(ctx)
+    if not statements:
+        return []
+    try:
+        return list((yield Cold(statements))[-1] or [])
+    except WriteRejectedError as exc:
+        if len(entries) == 1:
+            e = entries[0]
+            rejected.append(
+                (
+                    e.id,
+                    f"thread {e.thread_id!r}, namespace {e.ns!r}, checkpoint "
+                    f"{e.checkpoint_id!r} ({'checkpoint' if e.kind == 'c' else 'writes'}): "
+                    f"{exc}",
+                )
+            )
+            return []
+        half = len(entries) // 2
+        first = yield from _commit(ctx, entries[:half], rejected)
+        return first + (yield from _commit(ctx, entries[half:], rejected))
+
+
 def flush_batch(ctx: Context) -> Op[int]:
-    """Move one batch of journal entries to Postgres; returns how many it moved."""
+    """Move one batch of journal entries to Postgres; returns how many it took off the
+    journal (entries Postgres rejected, now dead letters, included)."""
     prefix = ctx.config.key_prefix
     journal = journal_key(prefix)
+    reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
     raw = yield Hot(
         "flush_read",
         [journal],
@@ -257,51 +349,92 @@ def flush_batch(ctx: Context) -> Op[int]:
             GROUP,
             ctx.consumer,
             ctx.config.flush_batch,
-            int(seconds(ctx.config.reclaim_after) * 1000),
+            reclaim_ms,
+            ctx.config.flush_batch_bytes,
+            reclaim_ms * FORGET_CONSUMER_AFTER,
         ],
     )
     if not raw:
         return 0
-    decoded = [(r[0].decode(), _genuine(ctx, r)) for r in raw]
-    entries = [e for _, e in decoded if e is not None]
-    statements = _plan(ctx, entries).statements(ctx)
-    versions: list[dict[str, Any]] = []
-    if statements:
-        versions = (yield Cold(statements))[-1] or []
-    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(decoded)]
-    for entry_id, e in decoded:
-        if e is None:  # acknowledged and deleted; its claimed thread is left alone
-            rejected = f"{journal}:rejected"
-            ack += [entry_id, rejected, "-", rejected]
-            continue
+    entries: list[Entry] = []
+    rejected: Rejected = []
+    for r in raw:
+        try:
+            entries.append(_genuine(ctx, r))
+        except (ValueError, TypeError, KeyError, IndexError, FrameError) as exc:
+            entry_id = r[0].decode()
+            what = "not genuine (no valid seal)" if isinstance(exc, FrameError) else "undecodable"
+            rejected.append((entry_id, f"{what} journal entry: {exc}"))
+            entries.append(Entry(entry_id, "?", "", "", "", [], 0))
+    good = [e for e in entries if e.kind != "?"]
+    versions = yield from _commit(ctx, good, rejected)
+    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(entries), len(rejected)]
+    for e in entries:
         keys = ThreadKeys(prefix, e.thread_id)
-        ack += [e.id, keys.unflushed, keys.unflushed_member(e.ns, e.checkpoint_id), keys.registry]
+        ack += [
+            e.id,
+            keys.unflushed,
+            keys.unflushed_member(e.ns, e.checkpoint_id),
+            keys.registry,
+            e.size,
+        ]
+    for entry_id, reason in rejected:
+        ack += [entry_id, reason]
     for row in versions:
         keys = ThreadKeys(prefix, row["thread_id"])
         ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
-    yield Hot("flush_ack", [journal], ack)
-    return len(decoded)
+    yield Hot("flush_ack", [journal, dead_letter_key(prefix), journal_bytes_key(prefix)], ack)
+    for entry_id, reason in rejected:
+        logger.warning(
+            "flush: journal entry %s moved to the dead letters (`langgraph-durable "
+            "dead-letters list`): %s",
+            entry_id,
+            reason,
+        )
+    return len(entries)
 
 
-def journal_state(ctx: Context) -> Op[tuple[str, str, int]]:
-    """``(oldest entry id, newest entry id, length)`` of the journal (ids ``""`` if empty)."""
-    first, last, length = yield Hot("journal_state", [journal_key(ctx.config.key_prefix)], [])
-    return first.decode(), last.decode(), int(length)
+@dataclass(frozen=True, slots=True)
+class JournalState:
+    """The journal at one moment."""
+
+    oldest: str  # entry id, "" if empty
+    newest: str
+    length: int
+    bytes: int  # payload bytes it holds
+    dead_letters: int  # entries Postgres rejected, waiting for an operator
+
+
+def journal_state(ctx: Context) -> Op[JournalState]:
+    """The journal's oldest and newest entry ids, length, bytes and dead letters."""
+    prefix = ctx.config.key_prefix
+    first, last, length, size, dead = yield Hot(
+        "journal_state",
+        [journal_key(prefix), journal_bytes_key(prefix), dead_letter_key(prefix)],
+        [],
+    )
+    return JournalState(first.decode(), last.decode(), int(length), int(size), int(dead))
+
+
+def leave_request(ctx: Context) -> Hot:
+    """Remove this saver's consumer from the group, unless it still holds entries."""
+    return Hot("journal_leave", [journal_key(ctx.config.key_prefix)], [GROUP, ctx.consumer])
 
 
 def flush(ctx: Context, timeout: float | None) -> Op[int]:
-    """Drain until every entry present when called is in Postgres; returns entries moved.
+    """Drain until every entry present when called is in Postgres (or, rejected by it, in
+    the dead letters); returns entries moved.
 
     Works alongside other flushers: entries they hold are waited for (or reclaimed once
     idle), so the promise holds whoever moved them.
     """
-    _, target, _ = yield from journal_state(ctx)
+    target = (yield from journal_state(ctx)).newest
     if not target:
         return 0
     moved, started = 0, time.monotonic()
     while True:
         moved += yield from flush_batch(ctx)
-        oldest, _, _ = yield from journal_state(ctx)
+        oldest = (yield from journal_state(ctx)).oldest
         if not oldest or stream_order(oldest) > stream_order(target):
             return moved
         if timeout is not None and time.monotonic() - started >= timeout:
@@ -309,3 +442,68 @@ def flush(ctx: Context, timeout: float | None) -> Op[int]:
                 f"flush: entries up to {target} still unflushed after {timeout:.1f} s"
             )
         yield Pause(0.005)
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A journal entry Postgres rejected, kept until an operator retries or drops it."""
+
+    id: str  # the dead letter's own id
+    entry_id: str  # the journal entry it was
+    reason: str
+    kind: str  # "checkpoint", "writes" or "?" (undecodable)
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    size: int
+
+
+def _dead_letter(ctx: Context, raw: list[Any]) -> DeadLetter:
+    letter_id, fields = raw[0].decode(), raw[1]
+    values = dict(zip(fields[::2], fields[1::2], strict=True))
+    data = values.get(b"d", b"")
+    try:
+        e = _genuine(ctx, [values.get(b"entry", b""), [b"d", data]])
+        kind = "checkpoint" if e.kind == "c" else "writes"
+        where = (e.thread_id, e.ns, e.checkpoint_id)
+    except (ValueError, TypeError, KeyError, IndexError, FrameError):
+        kind, where = "?", ("", "", "")
+    return DeadLetter(
+        letter_id,
+        values.get(b"entry", b"").decode(),
+        values.get(b"reason", b"").decode(errors="replace"),
+        kind,
+        *where,
+        len(data),
+    )
+
+
+def dead_letters(ctx: Context, limit: int = 1000) -> Op[list[DeadLetter]]:
+    """The dead letters, oldest first (at most ``limit``)."""
+    raw = yield Hot("dead_letters", [dead_letter_key(ctx.config.key_prefix)], ["-", limit])
+    return [_dead_letter(ctx, r) for r in raw or []]
+
+
+def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
+    """``action="retry"``: put a dead letter back on the journal (once what Postgres
+    rejected was fixed, e.g. a column widened); returns its new entry id. ``"drop"``:
+    delete it for good; returns ``"dropped"``. Returns ``""`` if there is no such letter."""
+    if action not in ("retry", "drop"):
+        raise ValueError(f"action must be 'retry' or 'drop', not {action!r}")
+    prefix = ctx.config.key_prefix
+    raw = yield Hot("dead_letters", [dead_letter_key(prefix)], [letter_id, 1])
+    if not raw or raw[0][0].decode() != letter_id:
+        return ""
+    letter = _dead_letter(ctx, raw[0])
+    if action == "retry" and letter.kind == "?":
+        raise ValueError(f"dead letter {letter_id} cannot be decoded; it can only be dropped")
+    keys = ThreadKeys(prefix, letter.thread_id)
+    reply = yield Hot(
+        "dead_letter",
+        [dead_letter_key(prefix), journal_key(prefix), journal_bytes_key(prefix), keys.unflushed],
+        [letter_id, action, keys.unflushed_member(letter.checkpoint_ns, letter.checkpoint_id)],
+    )
+    return bytes(reply).decode() if reply else ""

@@ -13,6 +13,8 @@ no id can close the hash tag, add a separator, or collide with another id's keys
     <prefix>:{<b64 thread>}:v                  HASH  "<b64 ns>" -> newest version of the
                                                      namespace seen; "*" -> tombstone
     <prefix>:journal                           STREAM write-behind flush journal
+    <prefix>:journal:bytes                     STRING payload bytes the journal holds
+    <prefix>:dead                              STREAM journal entries Postgres rejected
     <prefix>:marks                             STRING highest stale mark applied
 
 The registry lists the keys that make up the thread's copy; a key it does not list is a
@@ -41,17 +43,34 @@ def unb64(value: str | bytes) -> str:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
 
 
-def check_text(value: object, what: str) -> str:
-    """Return ``value`` as text both tiers can store, or raise `ConfigurationError`."""
+# Postgres indexes each row's key columns in a btree whose entries hold at most 2,704
+# bytes. These bounds keep the widest key (thread, namespace, checkpoint id, task id and
+# index of a write; thread, namespace, channel and version of a blob) below it, whatever
+# the values are: Postgres compresses long keys, so a repetitive 10 KB id may fit where a
+# random 3 KB one does not, and a bound on the raw size is the only one a caller can rely on.
+MAX_ID_BYTES = 1024  # thread ids and checkpoint namespaces (UTF-8)
+MAX_NAME_BYTES = 256  # checkpoint ids, task ids, channel names, channel versions, run ids
+
+
+def check_text(value: object, what: str, limit: int | None = None) -> str:
+    """Return ``value`` as text both tiers can store, or raise `ConfigurationError`.
+
+    ``limit`` bounds its UTF-8 size in bytes (see `MAX_ID_BYTES`).
+    """
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise ConfigurationError(f"{what} must be a string, got {type(value).__name__}")
     text = str(value)
     if "\x00" in text:
         raise ConfigurationError(f"{what} must not contain NUL characters: {text[:80]!r}")
     try:
-        text.encode()
+        size = len(text.encode())
     except UnicodeEncodeError as exc:
         raise ConfigurationError(f"{what} is not valid unicode text: {text[:80]!r}") from exc
+    if limit is not None and size > limit:
+        raise ConfigurationError(
+            f"{what} is {size} bytes long; at most {limit} bytes (UTF-8) can be stored, "
+            f"as Postgres indexes it: {text[:80]!r}..."
+        )
     return text
 
 
@@ -115,3 +134,13 @@ def marks_key(prefix: str) -> str:
 def journal_key(prefix: str) -> str:
     """Key of the write-behind flush journal (a Redis Stream)."""
     return f"{prefix}:journal"
+
+
+def journal_bytes_key(prefix: str) -> str:
+    """Key of the count of payload bytes the journal holds (for ``max_unflushed_bytes``)."""
+    return f"{prefix}:journal:bytes"
+
+
+def dead_letter_key(prefix: str) -> str:
+    """Key of the dead letters: journal entries Postgres rejected (a Redis Stream)."""
+    return f"{prefix}:dead"

@@ -111,11 +111,14 @@ RELEASE_SCRIPT = """
 return redis.call('ZREM', KEYS[1], ARGV[1])
 """
 
-# Announce a write-through write before its Postgres transaction.
-# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms
+# Announce a write-through write before its Postgres transaction. The set outlives the
+# thread's other keys (ARGV[3] is longer than their TTL), so an intent whose writer died
+# after committing keeps readers on Postgres until a warm clears it.
+# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms (0: none)
 INTENT_SCRIPT = """
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3])
+else redis.call('PERSIST', KEYS[1]) end
 return 1
 """
 
@@ -206,40 +209,53 @@ end
 PUT_SCRIPT = _PRELUDE + _PUT_BODY + "return 1\n"
 
 # Journal append shared by the write-behind scripts. Refuses when the journal is full
-# (Postgres has been unreachable for a while), before anything is written.
-# JKEY journal  UKEY unflushed hash of the thread  A payload  M unflushed member  X max
+# (Postgres has been unreachable for a while), by entries or by payload bytes, before
+# anything is written; counts the payload's bytes in the journal's byte counter.
+# JKEY journal  BKEY byte counter  UKEY unflushed hash of the thread  A payload
+# M unflushed member  X max entries  Y max bytes
 _JOURNAL_CHECK = """
 if redis.call('XLEN', {jkey}) >= tonumber({max}) then
   return redis.error_reply('BACKLOG the write-behind journal holds ' .. {max} ..
     ' entries Postgres has not taken yet')
 end
+local held_bytes = tonumber(redis.call('GET', {bkey}) or '0') or 0
+if held_bytes > tonumber({max_bytes}) then
+  return redis.error_reply('BACKLOG the write-behind journal holds ' .. held_bytes ..
+    ' bytes Postgres has not taken yet (max_unflushed_bytes ' .. {max_bytes} .. ')')
+end
 """
 _JOURNAL_APPEND = """
 redis.call('HINCRBY', {ukey}, {member}, 1)
 redis.call('PERSIST', {ukey})
+redis.call('INCRBY', {bkey}, string.len({payload}))
 return redis.call('XADD', {jkey}, '*', 'd', {payload})
 """
 
 
-def _journaled(body: str, *, count: str, stride: int, base: int, ukey: str, jkey: str) -> str:
+def _journaled(
+    body: str, *, count: str, stride: int, base: int, ukey: str, jkey: str, bkey: str
+) -> str:
     """A write-behind script: ``body`` plus its journal entry, atomically.
 
-    The entry's payload, unflushed member and journal bound follow the body's own
-    arguments: ``ARGV[j+1]``, ``ARGV[j+2]``, ``ARGV[j+3]`` with ``j = base + stride * count``.
+    The entry's payload, unflushed member, entry bound and byte bound follow the body's own
+    arguments: ``ARGV[j+1]`` .. ``ARGV[j+4]`` with ``j = base + stride * count``.
     A body that returns early (a refusal) appends nothing.
     """
     return (
         _PRELUDE
         + f"local j = {base} + {stride} * tonumber({count})\n"
-        + _JOURNAL_CHECK.format(jkey=jkey, max="ARGV[j + 3]")
+        + _JOURNAL_CHECK.format(jkey=jkey, bkey=bkey, max="ARGV[j + 3]", max_bytes="ARGV[j + 4]")
         + body
-        + _JOURNAL_APPEND.format(jkey=jkey, ukey=ukey, member="ARGV[j + 2]", payload="ARGV[j + 1]")
+        + _JOURNAL_APPEND.format(
+            jkey=jkey, bkey=bkey, ukey=ukey, member="ARGV[j + 2]", payload="ARGV[j + 1]"
+        )
     )
 
 
-# Write-behind put: KEYS[8] journal; ARGV[15+2n..17+2n] payload, member, bound
+# Write-behind put: KEYS[8] journal  KEYS[9] its byte counter;
+# ARGV[15+2n..18+2n] payload, member, entry bound, byte bound
 PUT_BEHIND_SCRIPT = _journaled(
-    _PUT_BODY, count="ARGV[14]", stride=2, base=14, ukey="KEYS[6]", jkey="KEYS[8]"
+    _PUT_BODY, count="ARGV[14]", stride=2, base=14, ukey="KEYS[6]", jkey="KEYS[8]", bkey="KEYS[9]"
 )
 
 # Shared body of the two put_writes scripts: store pending writes of one checkpoint.
@@ -277,9 +293,16 @@ settle(KEYS[3], ttl)
 
 PUT_WRITES_SCRIPT = _PRELUDE + _PUT_WRITES_BODY + "return 1\n"
 
-# Write-behind put_writes: KEYS[8] journal; ARGV[7+3n..9+3n] payload, member, bound
+# Write-behind put_writes: KEYS[8] journal  KEYS[9] its byte counter;
+# ARGV[7+3n..10+3n] payload, member, entry bound, byte bound
 PUT_WRITES_BEHIND_SCRIPT = _journaled(
-    _PUT_WRITES_BODY, count="ARGV[6]", stride=3, base=6, ukey="KEYS[4]", jkey="KEYS[8]"
+    _PUT_WRITES_BODY,
+    count="ARGV[6]",
+    stride=3,
+    base=6,
+    ukey="KEYS[4]",
+    jkey="KEYS[8]",
+    bkey="KEYS[9]",
 )
 
 # Load the latest checkpoint of a namespace, read from Postgres, into Redis ("head" mode),
@@ -289,7 +312,8 @@ PUT_WRITES_BEHIND_SCRIPT = _journaled(
 # deadline), while the thread has entries not yet flushed (Redis is newer than Postgres),
 # and when the copy read is older than one Redis has already seen (its version is below
 # the namespace's version or the thread's tombstone). Expired intents (writers that died)
-# are cleared: the Postgres read that preceded this call saw whatever they committed.
+# are cleared with the thread's whole copy (they may have left any namespace stale): the
+# Postgres read that preceded this call saw whatever they committed.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] unflushed hash  KEYS[7] versions hash
 # ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata
@@ -300,9 +324,18 @@ PUT_WRITES_BEHIND_SCRIPT = _journaled(
 WARM_SCRIPT = (
     _PRELUDE
     + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
 if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+if expired > 0 then
+  -- a writer died between its commit and its Redis update, in any namespace of the
+  -- thread: the intent protected them all, so the whole copy goes before it does
+  local keys = redis.call('SMEMBERS', KEYS[5])
+  for i = 1, #keys, 500 do
+    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+  end
+  redis.call('DEL', KEYS[5])
+end
 local version = tonumber(ARGV[8])
 if version < held(KEYS[7], ARGV[9]) then return 0 end
 local head = ARGV[10] == 'head'
@@ -329,9 +362,13 @@ return 1
 # tombstone version: a copy read from Postgres before the change that caused the drop is
 # older than it, so no write or warm can bring it back. The unflushed hash stays: it
 # counts journal entries that are still on their way to Postgres.
-# KEYS[1] intents  KEYS[2] registry  KEYS[3] versions hash
+# With ARGV[4] = "1" a thread that has entries not yet flushed is left alone (returns -1):
+# its copy holds writes Postgres lacks, so the caller flushes first.
+# KEYS[1] intents  KEYS[2] registry  KEYS[3] versions hash  KEYS[4] unflushed hash
 # ARGV[1] intent token or ""  ARGV[2] tombstone version (0: none)  ARGV[3] ttl ms (0: none)
+# ARGV[4] "1": refuse while unflushed
 DROP_THREAD_SCRIPT = """
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then return -1 end
 local keys = redis.call('SMEMBERS', KEYS[2])
 for i = 1, #keys, 500 do
   redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
@@ -365,47 +402,94 @@ return current
 
 # Hand a flusher a batch: its own entries not yet acknowledged (a failed commit), else
 # entries another flusher took and left idle (it died), else new ones. Creates the
-# consumer group on first use.
+# consumer group on first use. A batch holds at most `count` entries and, past its first
+# entry, at most `cap` payload bytes; entries are taken one at a time, so an entry that
+# would overflow the batch stays pending for this consumer and leads the next batch. With
+# nothing to hand out, removes consumers idle for `forget` ms that hold no entry (savers
+# that closed or died).
 # KEYS[1] journal  ARGV[1] group  ARGV[2] consumer  ARGV[3] count  ARGV[4] reclaim idle ms
+# ARGV[5] cap (bytes)  ARGV[6] forget idle ms (0: never)
 # returns {{id, {field, value, ...}}, ...}
 FLUSH_READ_SCRIPT = """
 redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
-local own = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
-                       'STREAMS', KEYS[1], '0')
-if own and #own[1][2] > 0 then
-  local out = {}
-  for _, entry in ipairs(own[1][2]) do
-    if entry and entry[2] then out[#out + 1] = entry end
-  end
-  if #out > 0 then return out end
+local count, cap = tonumber(ARGV[3]), tonumber(ARGV[5])
+local out, total = {}, 0
+-- adds an entry; false once the batch is full
+local function take(entry)
+  if not (entry and entry[2]) then return true end
+  local size = 0
+  for i = 2, #entry[2], 2 do size = size + string.len(entry[2][i]) end
+  if #out > 0 and total + size > cap then return false end
+  out[#out + 1] = entry
+  total = total + size
+  return #out < count and total < cap
 end
-local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], '0-0',
-                           'COUNT', ARGV[3])
-local out = {}
-for _, entry in ipairs(claimed[2]) do
-  if entry and entry[2] then out[#out + 1] = entry end
+for _, p in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', count, ARGV[2])) do
+  local entry = redis.call('XRANGE', KEYS[1], p[1], p[1])[1]
+  if not entry then redis.call('XACK', KEYS[1], ARGV[1], p[1])  -- deleted meanwhile
+  elseif not take(entry) then break end
 end
 if #out > 0 then return out end
-local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
-                         'STREAMS', KEYS[1], '>')
-if not fresh then return {} end
-return fresh[1][2]
+local cursor, more = '0-0', true
+repeat
+  local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], cursor,
+                             'COUNT', 1)
+  cursor = claimed[1]
+  for _, entry in ipairs(claimed[2]) do more = take(entry) and more end
+until cursor == '0-0' or not more
+if #out > 0 then return out end
+while more do
+  local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1,
+                           'STREAMS', KEYS[1], '>')
+  if not fresh then break end
+  more = take(fresh[1][2][1])
+end
+if #out == 0 and tonumber(ARGV[6]) > 0 then
+  for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+    local info = {}
+    for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
+    if info['name'] ~= ARGV[2] and info['pending'] == 0
+       and info['idle'] > tonumber(ARGV[6]) then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], info['name'])
+    end
+  end
+end
+return out
 """
 
-# After the batch committed in Postgres: acknowledge and delete its entries, give a
-# thread whose last unflushed entry this was its TTL back on every key, and raise each
-# namespace's version to the one the flush committed (a copy read before it is older).
-# KEYS[1] journal  ARGV[1] group  ARGV[2] ttl ms  ARGV[3] n entries
-# ARGV[4 .. 3+4n] entry id, unflushed hash key, member, registry key (four per entry)
-# ARGV[4+4n ..] versions hash key, field, version (three per namespace flushed)
+# After the batch committed in Postgres: move the entries Postgres rejected to the dead
+# letters, acknowledge and delete every entry of the batch (and take its bytes off the
+# journal's count), give a thread whose last unflushed entry this was its TTL back on
+# every key, and raise each namespace's version to the one the flush committed (a copy
+# read before it is older).
+# KEYS[1] journal  KEYS[2] dead letters  KEYS[3] journal byte counter
+# ARGV[1] group  ARGV[2] ttl ms  ARGV[3] n entries  ARGV[4] m rejected entries
+# ARGV[5 .. 4+5n] entry id, unflushed hash key, member, registry key, payload bytes
+# ARGV[5+5n .. 4+5n+2m] rejected entry id, reason (two per rejected entry)
+# ARGV[5+5n+2m ..] versions hash key, field, version (three per namespace flushed)
 FLUSH_ACK_SCRIPT = _PRELUDE + """
 local ttl = tonumber(ARGV[2])
-local last = 3 + 4 * tonumber(ARGV[3])
+local last = 4 + 5 * tonumber(ARGV[3])
+local rejected = last + 2 * tonumber(ARGV[4])
+for i = last + 1, rejected, 2 do
+  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+  if entry then
+    local fields = {}
+    for k = 1, #entry[2] do fields[k] = entry[2][k] end
+    fields[#fields + 1] = 'entry'
+    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = 'reason'
+    fields[#fields + 1] = ARGV[i + 1]
+    redis.call('XADD', KEYS[2], '*', unpack(fields))
+  end
+end
 local settled = {}
-for i = 4, last, 4 do
+for i = 5, last, 5 do
   local id, ukey, member, registry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
-    redis.call('XDEL', KEYS[1], id)
+    if redis.call('XDEL', KEYS[1], id) == 1 then
+      redis.call('DECRBY', KEYS[3], ARGV[i + 4])
+    end
     if redis.call('HINCRBY', ukey, member, -1) <= 0 then redis.call('HDEL', ukey, member) end
   end
   if redis.call('EXISTS', ukey) == 0 and not settled[registry] then
@@ -417,20 +501,66 @@ for i = 4, last, 4 do
     end
   end
 end
-for i = last + 1, #ARGV, 3 do
+if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
+for i = rejected + 1, #ARGV, 3 do
   raise_version(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]))
   if ttl > 0 then redis.call('PEXPIRE', ARGV[i], ttl) end
 end
 return 1
 """
 
-# The journal's oldest and newest entry ids and its length.
-# KEYS[1] journal  returns {oldest id or "", newest id or "", length}
+# The journal's oldest and newest entry ids, its length and payload bytes, and how many
+# dead letters wait.
+# KEYS[1] journal  KEYS[2] byte counter  KEYS[3] dead letters (both optional: a probe
+# passes the journal alone)
+# returns {oldest id or "", newest id or "", length, bytes, dead letters}
 JOURNAL_STATE_SCRIPT = """
 local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local size, dead = 0, 0
+if #KEYS == 3 then
+  size = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  dead = redis.call('XLEN', KEYS[3])
+end
 return {first[1] and first[1][1] or '', last[1] and last[1][1] or '',
-        redis.call('XLEN', KEYS[1])}
+        redis.call('XLEN', KEYS[1]), size, dead}
+"""
+
+# A closing saver leaves the consumer group, unless it still holds entries (they wait
+# for another flusher to reclaim them).
+# KEYS[1] journal  ARGV[1] group  ARGV[2] consumer  returns 1 if it left
+JOURNAL_LEAVE_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local pending = redis.pcall('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if pending['err'] or #pending > 0 then return 0 end
+return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) >= 0 and 1 or 0
+"""
+
+# Dead letters, oldest first.
+# KEYS[1] dead letters  ARGV[1] first id ("-" for the oldest)  ARGV[2] count
+# returns {{id, {field, value, ...}}, ...}
+DEAD_LETTERS_SCRIPT = """
+return redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
+"""
+
+# Put a dead letter back on the journal (after the cause was fixed) or drop it.
+# KEYS[1] dead letters  KEYS[2] journal  KEYS[3] journal byte counter
+# KEYS[4] the entry's thread's unflushed hash
+# ARGV[1] dead letter id  ARGV[2] "retry" or "drop"  ARGV[3] unflushed member
+# returns the new journal entry id (retry), "dropped", or "" if there is no such letter
+DEAD_LETTER_SCRIPT = """
+local entry = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])[1]
+if not entry then return '' end
+redis.call('XDEL', KEYS[1], ARGV[1])
+if ARGV[2] == 'drop' then return 'dropped' end
+local payload
+for i = 1, #entry[2], 2 do
+  if entry[2][i] == 'd' then payload = entry[2][i + 1] end
+end
+redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
+redis.call('PERSIST', KEYS[4])
+redis.call('INCRBY', KEYS[3], string.len(payload))
+return redis.call('XADD', KEYS[2], '*', 'd', payload)
 """
 
 # Every checkpoint of a thread that has unflushed entries, in GET's reply format.

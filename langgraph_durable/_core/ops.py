@@ -47,10 +47,11 @@ def health(ctx: Context) -> Op[dict[str, Any]]:
     counts, without raising when a tier is down."""
     report: dict[str, Any] = {"write_mode": ctx.config.write_mode}
     try:
-        oldest, _, length = yield from journal.journal_state(ctx)
+        state = yield from journal.journal_state(ctx)
         hot_ok = True
     except TierUnavailableError:
-        oldest, length, hot_ok = "", 0, False
+        state, hot_ok = journal.JournalState("", "", 0, 0, 0), False
+    oldest = state.oldest
     try:
         report["ledger"] = yield from ledger.counts(ctx, None)
         cold_ok = True
@@ -65,7 +66,9 @@ def health(ctx: Context) -> Op[dict[str, Any]]:
     }
     report["cold"] = {"reachable": cold_ok}
     report["flush"] = {
-        "unflushed": length,
+        "unflushed": state.length,
+        "unflushed_bytes": state.bytes,
+        "dead_letters": state.dead_letters,
         "lag_seconds": round(lag, 3),
         "policy": ctx.config.flush_policy,
     }

@@ -23,8 +23,8 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_durable._core.codec import FrameError, dumps_metadata
-from langgraph_durable._core.keys import blob_field, check_text
+from langgraph_durable._core.codec import FrameError, dumps_metadata, unstorable_json
+from langgraph_durable._core.keys import MAX_ID_BYTES, MAX_NAME_BYTES, blob_field, check_text
 from langgraph_durable._core.seal import Codec, blob_place, checkpoint_place, write_place
 from langgraph_durable.errors import ConfigurationError, CorruptStateError, SerializationError
 
@@ -66,11 +66,11 @@ def locate(config: RunnableConfig | None, *, need_id: bool = False) -> Location:
             "config has no configurable.thread_id: pass "
             '{"configurable": {"thread_id": "..."}} to invoke/stream/get_state'
         )
-    thread_id = check_text(configurable["thread_id"], "thread_id")
-    ns = check_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns")
+    thread_id = check_text(configurable["thread_id"], "thread_id", MAX_ID_BYTES)
+    ns = check_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns", MAX_ID_BYTES)
     checkpoint_id = configurable.get("checkpoint_id")
     if checkpoint_id is not None:
-        checkpoint_id = check_text(checkpoint_id, "checkpoint_id")
+        checkpoint_id = check_text(checkpoint_id, "checkpoint_id", MAX_NAME_BYTES)
     elif need_id:
         raise ConfigurationError("config has no configurable.checkpoint_id")
     return Location(thread_id, ns, checkpoint_id)
@@ -145,12 +145,13 @@ def encode_checkpoint(
 ) -> StoredCheckpoint:
     """Encode a ``put``'s arguments; raises before any I/O if a value cannot be stored."""
     where = locate(config)
-    checkpoint_id = check_text(checkpoint["id"], "checkpoint id")
+    checkpoint_id = check_text(checkpoint["id"], "checkpoint id", MAX_NAME_BYTES)
     values: dict[str, Any] = checkpoint["channel_values"]
     body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     versions: ChannelVersions = checkpoint["channel_versions"]
-    for channel in versions:
-        check_text(channel, "channel name")
+    for channel, version in versions.items():
+        check_text(channel, "channel name", MAX_NAME_BYTES)
+        check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
     t, ns = where.thread_id, where.checkpoint_ns
     blobs = [
         (
@@ -169,6 +170,13 @@ def encode_checkpoint(
         if channel in values
     ]
     meta = get_serializable_checkpoint_metadata(config, metadata)
+    if problem := unstorable_json(meta, "metadata"):
+        raise SerializationError(
+            f"checkpoint metadata cannot be stored (Postgres jsonb refuses it): {problem}",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+        )
     try:
         metadata_json = dumps_metadata(meta)
     except (TypeError, ValueError) as exc:
@@ -183,7 +191,9 @@ def encode_checkpoint(
         where=where,
         checkpoint_id=checkpoint_id,
         parent_id=where.checkpoint_id,
-        run_id=str(run_id) if run_id is not None else None,
+        run_id=check_text(str(run_id), "metadata run_id", MAX_NAME_BYTES)
+        if run_id is not None
+        else None,
         frame=_dump(
             codec,
             body,
@@ -211,13 +221,13 @@ def encode_writes(
     A special channel written twice in one call (two ``interrupt()`` in one node) keeps the
     last value, as LangGraph's own savers do.
     """
-    task_id = check_text(task_id, "task_id")
+    task_id = check_text(task_id, "task_id", MAX_NAME_BYTES)
     task_path = check_text(task_path, "task_path")
     checkpoint_id = where.checkpoint_id or ""
     by_idx: dict[int, StoredWrite] = {}
     for position, (channel, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(channel, position)
-        check_text(channel, "channel name")
+        check_text(channel, "channel name", MAX_NAME_BYTES)
         place = write_place(
             where.thread_id, where.checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path
         )

@@ -30,6 +30,9 @@ ScriptName = Literal[
     "list_unflushed",
     "marks",
     "release",
+    "journal_leave",
+    "dead_letters",
+    "dead_letter",
 ]
 
 

@@ -32,6 +32,7 @@ from langgraph_durable._core.journal import (
 from langgraph_durable._core.keys import (
     ThreadKeys,
     blob_field,
+    journal_bytes_key,
     journal_key,
     write_field,
 )
@@ -48,11 +49,17 @@ from langgraph_durable._core.records import (
 )
 from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
 from langgraph_durable._core.reseal import copy_statement
-from langgraph_durable.errors import ConfigurationError, ThreadConflictError, TierUnavailableError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    ThreadConflictError,
+    TierUnavailableError,
+    WriteRejectedError,
+)
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
-Journal = tuple[str, bytes, int]  # (journal key, entry payload, bound)
+# (journal key, its byte counter key, entry payload, entry bound, byte bound)
+Journal = tuple[str, str, bytes, int, int]
 # (token, ttl, the committed row or None, journal) -> the hot script call
 HotCall = Callable[[str, int, dict[str, Any] | None, Journal | None], Hot]
 
@@ -117,7 +124,14 @@ def _write(
     ``hot(token, ttl, committed row, journal)`` builds the script call.
     """
     if ctx.config.write_mode == "behind":
-        journal_entry = (journal_key(ctx.config.key_prefix), entry(), ctx.config.max_unflushed)
+        prefix = ctx.config.key_prefix
+        journal_entry = (
+            journal_key(prefix),
+            journal_bytes_key(prefix),
+            entry(),
+            ctx.config.max_unflushed,
+            ctx.config.max_unflushed_bytes,
+        )
         reply = yield from try_hot(ctx, hot("", -1, None, journal_entry))
         if reply is None:
             raise bypassed(where.thread_id)
@@ -128,7 +142,14 @@ def _write(
         if int(reply[1]):  # "cold" with entries of the thread unflushed: Postgres first
             yield from journal.flush(ctx, timeout=None)
     token = yield from announce(ctx, keys)
-    rows: list[dict[str, Any]] = (yield from commit(ctx, token, [keys.thread_id], [statement()]))[0]
+    try:
+        rows: list[dict[str, Any]] = (
+            yield from commit(ctx, token, [keys.thread_id], [statement()])
+        )[0]
+    except WriteRejectedError:
+        if token is not None:
+            yield from try_hot(ctx, _release(keys, token))
+        raise
     if token is not None:
         applied = hot(token, ctx.ttl_ms, rows[0], None) if rows else None
         yield from try_hot(ctx, applied or _release(keys, token))
@@ -240,13 +261,13 @@ def _hot_call(
     member: str,
     journal: Journal | None,
 ) -> Hot:
-    """A hot write: the write-through script, or its write-behind twin with the journal key
-    and the entry's payload, unflushed member and bound after ``args``."""
+    """A hot write: the write-through script, or its write-behind twin with the journal's
+    keys and the entry's payload, unflushed member and bounds after ``args``."""
     if journal is None:
         return Hot(script, keys, args)
-    key, payload, bound = journal
+    key, bytes_key, payload, bound, byte_bound = journal
     behind: ScriptName = "put_behind" if script == "put" else "put_writes_behind"
-    return Hot(behind, [*keys, key], [*args, payload, member, bound])
+    return Hot(behind, [*keys, key, bytes_key], [*args, payload, member, bound, byte_bound])
 
 
 def put_writes(

@@ -16,8 +16,10 @@ from langgraph_durable._core.requests import Cold, Hot, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
+    REJECTED_ERRORS,
     SCRIPTS,
     AsyncEffects,
+    cold_rejected,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
@@ -86,6 +88,8 @@ class Tiers:
                     return [await self._execute(conn, request.statements[0])]
                 async with conn.transaction():
                     return [await self._execute(conn, s) for s in request.statements]
+        except REJECTED_ERRORS as exc:
+            raise cold_rejected(exc) from exc
         except psycopg.OperationalError as exc:
             if retry and conn_was_broken(exc):  # pooled connections died: drop them, retry
                 await self.pool.check()

@@ -3,10 +3,12 @@ signature of the callback that answers requests that are not storage requests.""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
+import psycopg.errors
 import psycopg_pool
 import redis.exceptions
 from psycopg.rows import dict_row
@@ -14,8 +16,13 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from langgraph_durable._core import lua
-from langgraph_durable.config import SaverConfig, seconds
-from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
+from langgraph_durable.config import SaverConfig, mask_url, seconds
+from langgraph_durable.errors import (
+    ConfigurationError,
+    SchemaVersionError,
+    TierUnavailableError,
+    WriteRejectedError,
+)
 
 # Answers a request that is not `Hot`, `Cold` or `Pause` (a tool effect); its return value
 # (awaited by the asyncio driver) is sent back into the operation, its error thrown in.
@@ -37,6 +44,9 @@ SCRIPTS = {
     "list_unflushed": lua.LIST_UNFLUSHED_SCRIPT,
     "marks": lua.MARKS_SCRIPT,
     "release": lua.RELEASE_SCRIPT,
+    "journal_leave": lua.JOURNAL_LEAVE_SCRIPT,
+    "dead_letters": lua.DEAD_LETTERS_SCRIPT,
+    "dead_letter": lua.DEAD_LETTER_SCRIPT,
 }
 
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
@@ -46,6 +56,13 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ResponseError,
+)
+# Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint
+# violations, 54 program limits such as the btree row size): no retry can succeed.
+REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,
 )
 COLD_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
@@ -102,9 +119,53 @@ def cold_unavailable(exc: Exception) -> TierUnavailableError:
     return error
 
 
+def cold_rejected(exc: psycopg.Error) -> WriteRejectedError:
+    """The public error for a statement Postgres refused because of its content."""
+    error = WriteRejectedError(
+        f"Postgres (cold tier) rejected the write: {exc}", sqlstate=exc.sqlstate
+    )
+    error.__cause__ = exc
+    return error
+
+
 def not_set_up(exc: Exception) -> SchemaVersionError:
     """The public error for a table that does not exist yet."""
     return SchemaVersionError(
         f"the saver's tables are missing ({exc}): call saver.setup() once, or run "
         "`langgraph-durable migrate`"
     )
+
+
+# The pool retries a connection that fails in the background and logs each try; the saver
+# says once what went wrong instead, so those lines are not printed unless the application
+# configured logging (a handler here keeps Python's last-resort stderr handler away).
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+
+# Connection failures that waiting will not fix: no such database or role, authentication
+# refused. libpq reports them before a session exists, so only in the message.
+_PERMANENT = ("does not exist", "authentication failed", "no pg_hba.conf entry")
+
+
+def probe_cold(config: SaverConfig) -> None:
+    """Connect once, directly, so a Postgres that cannot be reached fails in seconds with
+    its reason rather than after the pool's timeout.
+
+    Raises:
+        ConfigurationError: the database does not exist or refused the credentials.
+        TierUnavailableError: Postgres did not answer (``tier="cold"``).
+    """
+    where = mask_url(config.postgres_url)
+    try:
+        psycopg.connect(config.postgres_url, connect_timeout=5, autocommit=True).close()
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if any(marker in reason for marker in _PERMANENT):
+            raise ConfigurationError(
+                f"Postgres at {where} refused the connection: {reason}; "
+                "fix postgres_url (or LGD_POSTGRES_URL)"
+            ) from exc
+        raise TierUnavailableError(
+            f"Postgres (cold tier) at {where} cannot be reached: {reason}; check that it "
+            "runs and that postgres_url (or LGD_POSTGRES_URL) points at it",
+            tier="cold",
+        ) from exc

@@ -25,7 +25,7 @@ from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
 from langgraph_durable._tiers import aio, host, sync
-from langgraph_durable._tiers.common import AsyncEffects, Effects
+from langgraph_durable._tiers.common import AsyncEffects, Effects, probe_cold
 from langgraph_durable._tiers.leases import Leases
 from langgraph_durable.config import SaverConfig, seconds
 
@@ -97,6 +97,14 @@ class Engine:
         tiers = self._aio.pop(asyncio.get_running_loop(), None)
         if tiers is not None:
             await tiers.close()
+
+    def check_cold(self) -> None:
+        """Fail fast, with the reason, when Postgres cannot be reached (see `probe_cold`)."""
+        probe_cold(self.config)
+
+    async def acheck_cold(self) -> None:
+        """Async twin of `check_cold` (the probe runs in a worker thread)."""
+        await asyncio.to_thread(probe_cold, self.config)
 
     # ------------------------------------------------------------------ running
 

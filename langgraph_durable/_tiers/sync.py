@@ -16,8 +16,10 @@ from langgraph_durable._core.requests import Cold, Hot, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
+    REJECTED_ERRORS,
     SCRIPTS,
     Effects,
+    cold_rejected,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
@@ -85,6 +87,8 @@ class Tiers:
                     return [self._execute(conn, request.statements[0])]
                 with conn.transaction():
                     return [self._execute(conn, s) for s in request.statements]
+        except REJECTED_ERRORS as exc:
+            raise cold_rejected(exc) from exc
         except psycopg.OperationalError as exc:
             if retry and conn_was_broken(exc):  # pooled connections died: drop them, retry
                 self.pool.check()

@@ -7,7 +7,12 @@ from typing import Any
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import (
+    ThreadKeys,
+    dead_letter_key,
+    journal_bytes_key,
+    journal_key,
+)
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from tests.core.script import Script, cold, hot
 
@@ -42,10 +47,12 @@ def _rows(statement: Any) -> list[tuple[Any, ...]]:
 
 
 def test_flush_batch_writes_one_transaction_then_acks_every_entry(ctx: Context) -> None:
-    """flush_batch: read a batch through the consumer group, write blobs, checkpoints,
-    writes and each namespace's new head in one transaction, then ack each entry with its
-    thread's unflushed member and raise each namespace's hot version to the one the flush
-    committed; returns how many entries it moved."""
+    """flush_batch: read a batch through the consumer group (bounded by entries and bytes,
+    forgetting consumers idle ten reclaim periods), write blobs, checkpoints, writes and
+    each namespace's new head in one transaction, then ack each entry with its thread's
+    unflushed member and payload bytes (for the journal's byte counter), none rejected,
+    and raise each namespace's hot version to the one the flush committed; returns how many
+    entries it moved."""
     payloads = (journal.pack_checkpoint_entry(_checkpoint("c1", None, "1")),
                 journal.pack_checkpoint_entry(_checkpoint("c2", "c1", "2")),
                 _writes("c2", (0, "x", b"w0")))
@@ -55,22 +62,24 @@ def test_flush_batch_writes_one_transaction_then_acks_every_entry(ctx: Context) 
         (cold(st.flush_blobs_sql, st.flush_checkpoints_sql, st.flush_writes_sql,
               st.flush_heads_sql),
          [None, None, None, [{"thread_id": THREAD, "checkpoint_ns": "", "version": 42}]]),
-        (hot("flush_ack", [journal_key("t")]), 3),
+        (hot("flush_ack", [journal_key("t"), dead_letter_key("t"), journal_bytes_key("t")]), 3),
     ])
     assert script.run(journal.flush_batch(ctx)) == 3
     assert script.done
-    assert list(script.requests[0].args) == [journal.GROUP, "host:1:c", 256, 10_000]
+    assert list(script.requests[0].args) == [
+        journal.GROUP, "host:1:c", 256, 10_000, 32 * 1024 * 1024, 10 * 10_000]
     blobs, checkpoints, writes, heads = script.requests[1].statements
     assert [r[:4] for r in _rows(blobs)] == [(THREAD, "", "x", "1"), (THREAD, "", "x", "2")]
     assert [r[2] for r in _rows(checkpoints)] == ["c1", "c2"]
     assert [r[2:5] for r in _rows(writes)] == [("c2", "task", 0)]
     assert heads.fetch and _rows(heads) == [(THREAD, "", "c2")]
     keys = ThreadKeys("t", THREAD)
+    sizes = [len(p) for p in payloads]
     assert list(script.requests[2].args) == [
-        journal.GROUP, ctx.ttl_ms, 3,
-        "1-0", keys.unflushed, keys.unflushed_member("", "c1"), keys.registry,
-        "2-0", keys.unflushed, keys.unflushed_member("", "c2"), keys.registry,
-        "3-0", keys.unflushed, keys.unflushed_member("", "c2"), keys.registry,
+        journal.GROUP, ctx.ttl_ms, 3, 0,
+        "1-0", keys.unflushed, keys.unflushed_member("", "c1"), keys.registry, sizes[0],
+        "2-0", keys.unflushed, keys.unflushed_member("", "c2"), keys.registry, sizes[1],
+        "3-0", keys.unflushed, keys.unflushed_member("", "c2"), keys.registry, sizes[2],
         keys.versions, keys.version_field(""), 42,
     ]
 

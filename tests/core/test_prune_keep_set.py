@@ -6,9 +6,9 @@ from typing import Any
 
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.writes import _keep_set
-from tests.core.script import Script, cold, hot
+from tests.core.script import Script, cold, empty_journal, hot
 
 
 def _row(cid: str, parent: str | None, *, thread: str = "t1", ns: str = "",
@@ -63,13 +63,13 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
     st = ctx.statements
     keys = ThreadKeys("t", "t1")
     script = Script([
-        (hot("journal_state", [journal_key("t")]), [b"", b"", 0]),
+        empty_journal("t"),
         (cold(st.prune_scan_sql), [[_row("c1", None, stored=["m"]),
                                     _row("c2", "c1", counters={"m": 1})]]),
         (hot("intent", [keys.intents]), 1),
         (cold(st.tombstone_sql, st.prune_delete_sql, st.delete_orphan_blobs_sql,
               st.rebuild_heads_sql), [[{"version": 17}], [], None, None]),
-        (hot("drop_thread", [keys.intents, keys.registry, keys.versions]), 1),
+        (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 1),
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
@@ -81,4 +81,4 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         "keep_ids": ["c2", "c1"]}
     assert heads.params == {"thread_ids": ["t1"]}
     token = script.requests[2].args[0]
-    assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms]
+    assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms, ""]

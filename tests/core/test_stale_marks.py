@@ -12,7 +12,8 @@ from tests.core.script import Script, cold, hot, hot_down
 def _drop(ctx: Context, thread_id: str, version: int) -> tuple[list[str], list[object]]:
     """The keys and arguments of the drop a mark of ``thread_id`` causes."""
     keys = ThreadKeys("t", thread_id)
-    return [keys.intents, keys.registry, keys.versions], ["", version, ctx.ttl_ms]
+    return [keys.intents, keys.registry, keys.versions, keys.unflushed], [
+        "", version, ctx.ttl_ms, "1"]
 
 
 def test_pending_marks_drop_each_thread_with_its_tombstone_then_record_the_seq(

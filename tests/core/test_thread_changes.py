@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.ledger.sql import statements as ledger_statements
-from tests.core.script import Script, cold, hot, hot_down
-
-EMPTY_JOURNAL = [b"", b"", 0]
+from tests.core.script import Script, cold, empty_journal, hot, hot_down
 
 
 def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context) -> None:
@@ -20,16 +18,16 @@ def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context)
     st = ctx.statements
     keys = ThreadKeys("t", "a")
     script = Script([
-        (hot("journal_state", [journal_key("t")]), EMPTY_JOURNAL),
+        empty_journal("t"),
         (hot("intent", [keys.intents]), 1),
         (cold(st.tombstone_sql, st.delete_threads_sql,
               ledger_statements("s").delete_threads), [[{"version": 40}], None, None]),
-        (hot("drop_thread", [keys.intents, keys.registry, keys.versions]), 3),
+        (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 3),
     ])
     script.run(ops.delete_threads(ctx, ["a"]))
     assert script.done
     assert script.requests[2].statements[1].params == {"thread_ids": ["a"]}
-    assert list(script.requests[3].args) == [script.requests[1].args[0], 40, ctx.ttl_ms]
+    assert list(script.requests[3].args) == [script.requests[1].args[0], 40, ctx.ttl_ms, ""]
 
 
 def test_delete_with_redis_down_marks_the_thread_stale_in_the_same_transaction(
@@ -40,7 +38,7 @@ def test_delete_with_redis_down_marks_the_thread_stale_in_the_same_transaction(
     st = ctx.statements
     ctx.marks.checked()
     script = Script([
-        (hot("journal_state"), EMPTY_JOURNAL),
+        empty_journal("t"),
         (hot("intent"), hot_down()),
         (cold(st.tombstone_sql, st.delete_threads_sql, st.mark_hot_stale_sql,
               st.bump_thread_sql), [[{"version": 41}], None, None, None]),
@@ -59,11 +57,12 @@ def test_copy_rebuilds_the_targets_heads_and_drops_only_the_target(ctx: Context)
     st = ctx.statements
     target = ThreadKeys("t", "b")
     script = Script([
-        (hot("journal_state"), EMPTY_JOURNAL),
+        empty_journal("t"),
         (hot("intent", [target.intents]), 1),
         (cold(st.tombstone_sql, st.copy_thread_sql, ledger_statements("s").copy_thread,
               st.rebuild_heads_sql), [[{"version": 50}], None, None, None]),
-        (hot("drop_thread", [target.intents, target.registry, target.versions]), 0),
+        (hot("drop_thread", [target.intents, target.registry, target.versions,
+                          target.unflushed]), 0),
     ])
     script.run(ops.copy_thread(ctx, "a", "b"))
     assert script.done

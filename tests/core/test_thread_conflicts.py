@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_durable._core import ops
+from langgraph_durable._core import journal, ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import ThreadKeys, journal_bytes_key, journal_key
 from langgraph_durable._core.records import HEAD_KEY
 from langgraph_durable.errors import ThreadConflictError
 from tests.core.script import Script, cold, hot
@@ -85,8 +85,9 @@ def test_write_behind_put_on_a_moved_head_raises_with_the_head_redis_found(
 def test_write_behind_put_on_the_head_is_one_journaled_script(
         make_ctx: Callable[..., Context]) -> None:
     """Write-behind on the current head: one script, with the head check on, the journal
-    key last and the entry's payload, unflushed member and bound after the arguments; no
-    Postgres request. The returned config carries the new head for the next put."""
+    and its byte counter as the last keys and, after the arguments, the entry's payload (the
+    checkpoint's journal entry), unflushed member, entry bound and byte bound; no Postgres
+    request. The returned config carries the new head for the next put."""
     ctx = make_ctx(write_mode="behind")
     checkpoint_id, op = _put_on_head(ctx)
     keys = ThreadKeys("t", THREAD)
@@ -94,9 +95,16 @@ def test_write_behind_put_on_the_head_is_one_journaled_script(
     config = script.run(op)
     assert script.done
     request = script.requests[0]
-    assert request.keys[0] == keys.intents and request.keys[-1] == journal_key("t")
+    assert request.keys[0] == keys.intents
+    assert list(request.keys[-2:]) == [journal_key("t"), journal_bytes_key("t")]
     assert request.args[0] == "" and request.args[1] == -1, "no intent; no TTL until flushed"
     assert request.args[11] == "1"
-    assert list(request.args[-2:]) == [keys.unflushed_member("", checkpoint_id),
-                                       ctx.config.max_unflushed]
+    blob_pairs = int(request.args[13])
+    assert len(request.args) == 14 + 2 * blob_pairs + 4, "the script finds its entry there"
+    payload, member, bound, byte_bound = request.args[-4:]
+    entry = journal._decode([b"1-0", [b"d", payload]])
+    assert (entry.kind, entry.thread_id, entry.ns, entry.checkpoint_id) == (
+        "c", THREAD, "", checkpoint_id)
+    assert member == keys.unflushed_member("", checkpoint_id)
+    assert (bound, byte_bound) == (ctx.config.max_unflushed, ctx.config.max_unflushed_bytes)
     assert config["configurable"][HEAD_KEY] == checkpoint_id
