@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -336,9 +337,10 @@ def _commit(ctx: Context, entries: list[Entry], rejected: Rejected) -> Op[list[d
         return first + (yield from _commit(ctx, entries[half:], rejected))
 
 
-def flush_batch(ctx: Context) -> Op[int]:
+def flush_batch(ctx: Context, consumer: str | None = None) -> Op[int]:
     """Move one batch of journal entries to Postgres; returns how many it took off the
-    journal (entries Postgres rejected, now dead letters, included)."""
+    journal (entries Postgres rejected, now dead letters, included). ``consumer`` names
+    the flusher in the group (default: this process's background flusher)."""
     prefix = ctx.config.key_prefix
     journal = journal_key(prefix)
     reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
@@ -347,7 +349,7 @@ def flush_batch(ctx: Context) -> Op[int]:
         [journal],
         [
             GROUP,
-            ctx.consumer,
+            consumer or ctx.consumer,
             ctx.config.flush_batch,
             reclaim_ms,
             ctx.config.flush_batch_bytes,
@@ -416,9 +418,12 @@ def journal_state(ctx: Context) -> Op[JournalState]:
     return JournalState(first.decode(), last.decode(), int(length), int(size), int(dead))
 
 
-def leave_request(ctx: Context) -> Hot:
-    """Remove this saver's consumer from the group, unless it still holds entries."""
-    return Hot("journal_leave", [journal_key(ctx.config.key_prefix)], [GROUP, ctx.consumer])
+def leave_request(ctx: Context, consumer: str | None = None) -> Hot:
+    """Remove a consumer (default: this saver's) from the group, unless it still holds
+    entries."""
+    return Hot(
+        "journal_leave", [journal_key(ctx.config.key_prefix)], [GROUP, consumer or ctx.consumer]
+    )
 
 
 def flush(ctx: Context, timeout: float | None) -> Op[int]:
@@ -426,16 +431,20 @@ def flush(ctx: Context, timeout: float | None) -> Op[int]:
     the dead letters); returns entries moved.
 
     Works alongside other flushers: entries they hold are waited for (or reclaimed once
-    idle), so the promise holds whoever moved them.
+    idle), so the promise holds whoever moved them. It reads as a consumer of its own, so
+    it never takes over a batch this process's background flusher is committing (that
+    flusher's late commit could otherwise land after a delete that this drain let pass).
     """
     target = (yield from journal_state(ctx)).newest
     if not target:
         return 0
+    consumer = f"{ctx.consumer}:{secrets.token_hex(4)}"
     moved, started = 0, time.monotonic()
     while True:
-        moved += yield from flush_batch(ctx)
+        moved += yield from flush_batch(ctx, consumer)
         oldest = (yield from journal_state(ctx)).oldest
         if not oldest or stream_order(oldest) > stream_order(target):
+            yield leave_request(ctx, consumer)
             return moved
         if timeout is not None and time.monotonic() - started >= timeout:
             raise TimeoutError(

@@ -460,15 +460,23 @@ WHERE c.thread_id = ANY(%(thread_ids)s)
 """
 
 # Delete every checkpoint of the given threads not in the keep-list, its writes, and the
-# blobs no kept checkpoint refers to.
+# blobs no kept checkpoint refers to. Only checkpoints older than the latest the scan saw
+# of their namespace go: one a writer committed after the scan is newer, and stays.
 # %(thread_ids)s %(keep_threads)s %(keep_ns)s %(keep_ids)s
+# %(latest_threads)s %(latest_ns)s %(latest_ids)s (the latest of each namespace scanned)
 PRUNE_DELETE_SQL = """
 WITH keep AS (
     SELECT * FROM unnest(%(keep_threads)s::text[], %(keep_ns)s::text[], %(keep_ids)s::text[])
         AS k(thread_id, checkpoint_ns, checkpoint_id)
+), latest AS (
+    SELECT * FROM unnest(%(latest_threads)s::text[], %(latest_ns)s::text[],
+                         %(latest_ids)s::text[]) AS l(thread_id, checkpoint_ns, checkpoint_id)
 ), gone AS (
     DELETE FROM {schema}.lgd_checkpoints c
     WHERE c.thread_id = ANY(%(thread_ids)s)
+      AND EXISTS (SELECT 1 FROM latest WHERE latest.thread_id = c.thread_id
+                  AND latest.checkpoint_ns = c.checkpoint_ns
+                  AND c.checkpoint_id < latest.checkpoint_id)
       AND NOT EXISTS (SELECT 1 FROM keep WHERE keep.thread_id = c.thread_id
                       AND keep.checkpoint_ns = c.checkpoint_ns
                       AND keep.checkpoint_id = c.checkpoint_id)

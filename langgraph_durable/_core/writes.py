@@ -487,6 +487,16 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     yield from _settle(ctx)
     rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids}, fetch=True))[0]
     keep = list(_keep_set(rows))
+    latest = [
+        (
+            t,
+            ns,
+            max(
+                r["checkpoint_id"] for r in rows if r["thread_id"] == t and r["checkpoint_ns"] == ns
+            ),
+        )
+        for t, ns in {(r["thread_id"], r["checkpoint_ns"]) for r in rows}
+    ]
     yield from _mutate_threads(
         ctx,
         ids,
@@ -498,6 +508,9 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
                     "keep_threads": [k[0] for k in keep],
                     "keep_ns": [k[1] for k in keep],
                     "keep_ids": [k[2] for k in keep],
+                    "latest_threads": [k[0] for k in latest],
+                    "latest_ns": [k[1] for k in latest],
+                    "latest_ids": [k[2] for k in latest],
                 },
                 fetch=True,
             ),

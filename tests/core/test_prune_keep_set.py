@@ -78,7 +78,9 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
     assert tombstone.fetch
     assert delete.params == {
         "thread_ids": ["t1"], "keep_threads": ["t1", "t1"], "keep_ns": ["", ""],
-        "keep_ids": ["c2", "c1"]}
+        "keep_ids": ["c2", "c1"],
+        # only checkpoints older than the latest the scan saw may go (a later one stays)
+        "latest_threads": ["t1"], "latest_ns": [""], "latest_ids": ["c2"]}
     assert heads.params == {"thread_ids": ["t1"]}
     token = script.requests[2].args[0]
     assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms, ""]

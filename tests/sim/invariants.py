@@ -203,6 +203,11 @@ class Checker:
         (whatever its outcome), or for a root checkpoint (two runs that both start a
         namespace with no checkpoint yet are not serialized: docs/failure-model.md)."""
         parent = {cid: r.call.parent_id for cid, r in self.puts.items()}
+        roots: dict[tuple[str, str], int] = {}
+        for p in self.puts.values():
+            if p.acked and not p.call.parent_id:
+                key = (p.call.thread, p.call.ns)
+                roots[key] = roots.get(key, 0) + 1
         last: dict[tuple[str, str], Record] = {}
         for r in sorted((p for p in self.puts.values() if p.acked), key=lambda p: p.end):
             key = (r.call.thread, r.call.ns)
@@ -211,6 +216,8 @@ class Checker:
             deletes = self._destroys(r.call.thread, ["delete"])
             if prev is None or r.call.fork or not r.call.parent_id or not prev.call.parent_id:
                 continue  # a fork asked for, or a root (roots are not serialized)
+            if roots.get(key, 0) > 1:
+                continue  # two runs started the namespace at once: two lines, documented
             if prev.id in self.sim.lost:
                 continue  # lost with a wiped Redis before it reached Postgres
             if any(_overlaps(d, prev.start, r.end) for d in deletes):

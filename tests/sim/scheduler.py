@@ -11,6 +11,7 @@ The checkers (`invariants`) then judge the history this leaves.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -198,6 +199,8 @@ class Sim:
                 self._call(i, ctx, Call("flush_batch", "", "", journal.flush_batch(ctx)))
             if run(self.env.tiers, journal.journal_state(self.contexts[0])).length == 0:
                 return
+            # entries a failed flush left pending are taken over once idle (reclaim_after)
+            time.sleep(0.05)
         self.stuck = True
 
     def _quiesce(self) -> None:
@@ -267,7 +270,8 @@ class Sim:
         error: BaseException | None = None
         fault = ""
         if isinstance(request, Pause):
-            pass
+            if not self.faults:  # finishing: let real time pass, so idle batches reclaim
+                time.sleep(request.seconds)
         elif isinstance(request, Hot) and self.hot_down.get(lane.proc, -1) > self.clock:
             fault, error = "unreachable", TierUnavailableError("injected outage", tier="hot")
         else:
