@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
-from dataclasses import dataclass, fields
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -124,6 +127,21 @@ class SaverConfig:
             journal holds more, writes raise `TierUnavailableError` (``tier="cold"``).
         prepare_threshold: psycopg's prepared-statement threshold (``None`` for poolers
             such as PgBouncer in transaction mode).
+        secret: key of the HMAC-SHA256 every stored frame and journal entry carries, bound
+            to the frame's place (thread, namespace, checkpoint, channel, version or task);
+            at least 16 bytes (``str`` is UTF-8 encoded). Default ``$LGD_SECRET``. Without
+            it (and without ``encryption``) Redis is trusted: frames carry a checksum that
+            catches damage, not forgery. Never shown by ``repr``.
+        encryption: key id -> AES key (16, 24 or 32 bytes): frames and journal entries are
+            encrypted with AES-GCM, their place as associated data. Old keys stay listed to
+            decrypt; ``encryption_key_id`` names the one that encrypts. Default parsed from
+            ``$LGD_ENCRYPTION_KEYS`` (``id=base64key,id=base64key``). Never shown by ``repr``.
+        encryption_key_id: the key new frames are encrypted with; default
+            ``$LGD_ENCRYPTION_KEY_ID``, or the only key when there is one.
+        allowed_types: classes (or ``(module, name)`` pairs) the default serializer may
+            rebuild besides LangGraph's safe set (messages, ``Send``, ``Interrupt``,
+            datetime, uuid, decimal, ...): the application's pydantic models, dataclasses
+            and enums kept in state. A stored value naming any other type is refused.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -148,8 +166,13 @@ class SaverConfig:
     max_unflushed: int = 100_000
     max_unflushed_bytes: int = 2 * 1024 * 1024 * 1024
     prepare_threshold: int | None = 5
+    secret: bytes | str | None = field(default=None, repr=False)
+    encryption: Mapping[str, bytes] | None = field(default=None, repr=False)
+    encryption_key_id: str | None = None
+    allowed_types: Collection[type | tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        self._check_keys()
         if self.write_mode not in ("through", "behind"):
             raise ConfigurationError(
                 f"write_mode must be 'through' or 'behind', not {self.write_mode!r}"
@@ -204,18 +227,67 @@ class SaverConfig:
         if self.max_unflushed < 1:
             raise ConfigurationError("max_unflushed must be at least 1")
 
+    def _check_keys(self) -> None:
+        if self.secret is not None:
+            secret = self.secret.encode() if isinstance(self.secret, str) else self.secret
+            if not isinstance(secret, bytes) or len(secret) < 16:
+                raise ConfigurationError("secret must be at least 16 bytes (or characters)")
+        if self.encryption is None:
+            if self.encryption_key_id is not None:
+                raise ConfigurationError("encryption_key_id is set but encryption is not")
+            return
+        if not self.encryption:
+            raise ConfigurationError("encryption must map at least one key id to a key")
+        for key_id, key in self.encryption.items():
+            if not isinstance(key_id, str) or not 1 <= len(key_id.encode()) <= 255:
+                raise ConfigurationError("encryption key ids must be 1-255 byte strings")
+            if not isinstance(key, bytes) or len(key) not in (16, 24, 32):
+                raise ConfigurationError(
+                    f"encryption key {key_id!r} must be 16, 24 or 32 bytes (AES-128/192/256)"
+                )
+        current = self.encryption_key_id
+        if current is None and len(self.encryption) > 1:
+            raise ConfigurationError(
+                "encryption has several keys: name the one that encrypts in encryption_key_id"
+            )
+        if current is not None and current not in self.encryption:
+            raise ConfigurationError(f"encryption_key_id {current!r} is not a key of encryption")
+
     def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
         shown.update(redis_url=mask_url(self.redis_url), postgres_url=mask_url(self.postgres_url))
         return f"SaverConfig({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @classmethod
     def from_env(cls, **overrides: object) -> SaverConfig:
-        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` plus overrides."""
+        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` and the keys
+        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID``, plus overrides."""
         values: dict[str, object] = {}
         if url := os.environ.get("LGD_REDIS_URL"):
             values["redis_url"] = url
         if url := os.environ.get("LGD_POSTGRES_URL"):
             values["postgres_url"] = url
+        if secret := os.environ.get("LGD_SECRET"):
+            values["secret"] = secret
+        if keys := os.environ.get("LGD_ENCRYPTION_KEYS"):
+            values["encryption"] = _parse_keys(keys)
+        if key_id := os.environ.get("LGD_ENCRYPTION_KEY_ID"):
+            values["encryption_key_id"] = key_id
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _parse_keys(text: str) -> dict[str, bytes]:
+    """``id=base64key,id=base64key`` as a key map (the key itself is never echoed)."""
+    keys: dict[str, bytes] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key_id, sep, encoded = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            keys[key_id.strip()] = base64.b64decode(encoded.strip(), validate=True)
+        except (ValueError, binascii.Error):
+            raise ConfigurationError(
+                "LGD_ENCRYPTION_KEYS must read id=base64key[,id=base64key...]"
+            ) from None
+    return keys

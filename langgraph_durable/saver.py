@@ -34,6 +34,7 @@ from langgraph_durable._core import hot, journal, migrate, ops
 from langgraph_durable._core.ledger.sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
+from langgraph_durable._core.strict import default_serde
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import SaverConfig, WriteMode, seconds
 from langgraph_durable.errors import DurableError, TierUnavailableError
@@ -67,8 +68,11 @@ class DurableSaver(BaseCheckpointSaver[str]):
             ``"behind"`` (once Redis holds it; a flusher moves it to Postgres).
         key_prefix: prefix of every Redis key.
         schema: Postgres schema of every table.
-        serde: serializer; default LangGraph's `JsonPlusSerializer`.
-        **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings).
+        serde: serializer; default LangGraph's `JsonPlusSerializer` in strict mode: it
+            rebuilds only LangGraph's safe types and ``allowed_types`` (see README, "Trust
+            model").
+        **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings,
+            ``secret``, ``encryption``, ``allowed_types``).
 
     Attributes:
         config: the saver's `SaverConfig`.
@@ -90,7 +94,6 @@ class DurableSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(serde=serde)
         self.config = SaverConfig.from_env(
             redis_url=redis_url,
             postgres_url=postgres_url,
@@ -99,6 +102,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             schema=schema,
             **options,
         )
+        super().__init__(serde=default_serde(serde, self.config))
         self.engine = Engine(self.config, self.serde)
         self._ctx = self.engine.context
         self._lock = threading.Lock()

@@ -1,9 +1,10 @@
 """Blob framing shared by both tiers: the same bytes live in Redis and in Postgres.
 
-A frame is ``version(1) | xxh3_64(body)(8, big-endian) | body`` where
-``body = len(type)(1) | type | payload`` and ``(type, payload)`` is what the serializer's
-``dumps_typed`` returned. Because both tiers hold identical frames, a blob that fails its
-checksum in one tier can be repaired from the other byte for byte.
+A frame's body is ``len(type)(1) | type | payload``, where ``(type, payload)`` is what the
+serializer's ``dumps_typed`` returned. Without a key the frame is
+``version(1) | xxh3_64(body)(8, big-endian) | body``; with one, `_core.seal` seals the body
+to its place. Because both tiers hold identical frames, a blob that fails verification in
+one tier can be repaired from the other byte for byte.
 """
 
 from __future__ import annotations
@@ -22,20 +23,35 @@ class FrameError(Exception):
     """A frame is truncated, of an unknown version, or fails its checksum."""
 
 
-def encode_frame(type_: str, payload: bytes) -> bytes:
-    """Frame a serializer's ``(type, payload)`` pair with a checksum."""
+def frame_body(type_: str, payload: bytes) -> bytes:
+    """``len(type) | type | payload``: what a seal (`_core.seal`) protects."""
     type_bytes = type_.encode()
     if len(type_bytes) > 255:
         raise ValueError(f"serializer type tag too long: {type_!r}")
-    body = bytes((len(type_bytes),)) + type_bytes + payload
+    return bytes((len(type_bytes),)) + type_bytes + payload
+
+
+def split_body(body: bytes | memoryview) -> tuple[str, bytes]:
+    """The ``(type, payload)`` of a frame body.
+
+    Raises:
+        FrameError: the body ends inside its type tag.
+    """
+    if not body or 1 + body[0] > len(body):
+        raise FrameError("frame truncated inside its type tag")
+    return bytes(body[1 : 1 + body[0]]).decode(), bytes(body[1 + body[0] :])
+
+
+def checksummed(body: bytes) -> bytes:
+    """``version | xxh3_64(body) | body``."""
     return bytes((FRAME_VERSION,)) + xxhash.xxh3_64_digest(body) + body
 
 
-def decode_frame(frame: bytes) -> tuple[str, bytes]:
-    """Verify a frame and return its ``(type, payload)``.
+def verify_checksum(frame: bytes) -> memoryview:
+    """The body of a checksummed frame.
 
     Raises:
-        FrameError: the frame is damaged.
+        FrameError: the frame is truncated, of another version, or fails its checksum.
     """
     if len(frame) < _HEADER + 1:
         raise FrameError(f"frame truncated ({len(frame)} bytes)")
@@ -44,11 +60,21 @@ def decode_frame(frame: bytes) -> tuple[str, bytes]:
     body = memoryview(frame)[_HEADER:]
     if xxhash.xxh3_64_digest(body) != frame[1:_HEADER]:
         raise FrameError("checksum mismatch")
-    type_len = frame[_HEADER]
-    end = _HEADER + 1 + type_len
-    if end > len(frame):
-        raise FrameError("frame truncated inside its type tag")
-    return frame[_HEADER + 1 : end].decode(), frame[end:]
+    return body
+
+
+def encode_frame(type_: str, payload: bytes) -> bytes:
+    """Frame a serializer's ``(type, payload)`` pair with a checksum."""
+    return checksummed(frame_body(type_, payload))
+
+
+def decode_frame(frame: bytes) -> tuple[str, bytes]:
+    """Verify a frame and return its ``(type, payload)``.
+
+    Raises:
+        FrameError: the frame is damaged.
+    """
+    return split_body(verify_checksum(frame))
 
 
 def dumps_metadata(metadata: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
 
@@ -182,6 +183,12 @@ class Context:
     marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
+    seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
+
+    @property
+    def codec(self) -> Codec:
+        """The serializer and the seal: what stored frames are made and read with."""
+        return Codec(self.serde, self.seal)
 
     @property
     def ttl_ms(self) -> int:

@@ -15,16 +15,17 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal
-from langgraph_durable._core.codec import FrameError, decode_frame
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.reads import get_tuple
 from langgraph_durable._core.records import (
     Damaged,
     Location,
     corrupt,
+    load,
     locate,
 )
 from langgraph_durable._core.requests import Cold, Op
+from langgraph_durable._core.seal import blob_place, write_place
 from langgraph_durable.errors import TierUnavailableError
 
 
@@ -88,7 +89,9 @@ def delta_channel_history(
             )
         )[0]
         for row in seed_rows:
-            seeds[row["channel"]] = _load_frame(ctx, where, row["blob"], row["channel"])
+            ch = row["channel"]
+            place = blob_place(where.thread_id, where.checkpoint_ns, ch, row["version"])
+            seeds[ch] = _load_cold(ctx, where, target, row["blob"], place, "blob", ch)
     order = {cid: depth for depth, cid in enumerate(r["checkpoint_id"] for r in chain)}
     result: dict[str, DeltaChannelHistory] = {}
     for ch in channels:
@@ -102,7 +105,7 @@ def delta_channel_history(
             )
         )
         entry: DeltaChannelHistory = {
-            "writes": [(r["task_id"], ch, _load_frame(ctx, where, r["blob"], ch)) for r in mine]
+            "writes": [(r["task_id"], ch, _write_value(ctx, where, r)) for r in mine]
         }
         if ch in seeds:
             entry["seed"] = seeds[ch]
@@ -140,13 +143,33 @@ def _walk_delta_history(
     return result
 
 
-def _load_frame(ctx: Context, where: Location, frame: bytes, channel: str) -> Any:
+def _write_value(ctx: Context, where: Location, row: dict[str, Any]) -> Any:
+    place = write_place(
+        where.thread_id,
+        where.checkpoint_ns,
+        row["checkpoint_id"],
+        row["task_id"],
+        row["idx"],
+        row["channel"],
+        row["task_path"],
+    )
+    return _load_cold(ctx, where, row["checkpoint_id"], row["blob"], place, "write", row["channel"])
+
+
+def _load_cold(
+    ctx: Context,
+    where: Location,
+    checkpoint_id: str,
+    frame: bytes,
+    place: bytes,
+    part: str,
+    channel: str,
+) -> Any:
+    """A value read from Postgres for a delta history; damage raises `CorruptStateError`."""
     try:
-        return ctx.serde.loads_typed(decode_frame(frame))
-    except (FrameError, Exception) as exc:
-        raise corrupt(
-            where, where.checkpoint_id or "", Damaged("blob", str(exc), channel), "cold"
-        ) from exc
+        return load(ctx.codec, frame, place, part, channel)
+    except Damaged as damage:
+        raise corrupt(where, checkpoint_id, damage, "cold") from damage
 
 
 PendingWrites = list[PendingWrite]

@@ -10,6 +10,10 @@ A batch Postgres rejects for what it holds (`WriteRejectedError`: a value or a k
 cannot store) is split in halves until the entry at fault is alone; that entry moves to
 the dead letters (a stream beside the journal, see `dead_letters`) and every other entry
 goes on to Postgres. An entry that cannot even be decoded goes there too.
+
+With a secret or encryption configured each entry is sealed (`_core.seal`) and opened by
+the flusher before anything of it goes near Postgres: an entry that fails (written into
+the stream by someone without the key) goes to the dead letters, never to Postgres.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 import ormsgpack
 
+from langgraph_durable._core.codec import FrameError
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -33,12 +38,21 @@ from langgraph_durable._core.keys import (
 )
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from langgraph_durable._core.requests import Cold, Hot, Op, Pause, Statement
+from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import WriteRejectedError
 
 logger = logging.getLogger("langgraph_durable")
 
 GROUP = "flushers"
+
+
+def seal_entry(ctx: Context, payload: bytes) -> bytes:
+    """An entry as the stream holds it: sealed to this prefix's journal when keyed."""
+    seal = ctx.seal
+    return seal.seal(payload, journal_place(ctx.config.key_prefix)) if seal.keyed else payload
+
+
 # A consumer of the group idle this many times `reclaim_after` with no entry pending
 # belongs to a saver that closed or died: flushers remove it.
 FORGET_CONSUMER_AFTER = 10
@@ -101,6 +115,24 @@ def _decode(raw: list[Any]) -> Entry:
     ):
         raise ValueError(f"not a journal entry: kind {kind!r}")
     return Entry(entry_id.decode(), kind, thread_id, ns, checkpoint_id, body, len(data))
+
+
+def _genuine(ctx: Context, raw: list[Any]) -> Entry:
+    """`_decode` of an entry opened with the seal when keyed (its size stays the sealed
+    payload's, as the journal's byte counter counted it).
+
+    Raises:
+        FrameError: the entry was not sealed with this saver's key (forged, or written
+            by a saver without it).
+    """
+    if not ctx.seal.keyed:
+        return _decode(raw)
+    entry_id, fields = raw[0], raw[1]
+    sealed = dict(zip(fields[::2], fields[1::2], strict=True))[b"d"]
+    opened = ctx.seal.open(sealed, journal_place(ctx.config.key_prefix))
+    entry = _decode([entry_id, [b"d", bytes(opened)]])
+    entry.size = len(sealed)
+    return entry
 
 
 def stream_order(entry_id: str) -> tuple[int, int]:
@@ -330,10 +362,11 @@ def flush_batch(ctx: Context, consumer: str | None = None) -> Op[int]:
     rejected: Rejected = []
     for r in raw:
         try:
-            entries.append(_decode(r))
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            entries.append(_genuine(ctx, r))
+        except (ValueError, TypeError, KeyError, IndexError, FrameError) as exc:
             entry_id = r[0].decode()
-            rejected.append((entry_id, f"undecodable journal entry: {exc}"))
+            what = "not genuine (no valid seal)" if isinstance(exc, FrameError) else "undecodable"
+            rejected.append((entry_id, f"{what} journal entry: {exc}"))
             entries.append(Entry(entry_id, "?", "", "", "", [], 0))
     good = [e for e in entries if e.kind != "?"]
     versions = yield from _commit(ctx, good, rejected)
@@ -437,15 +470,15 @@ class DeadLetter:
     size: int
 
 
-def _dead_letter(raw: list[Any]) -> DeadLetter:
+def _dead_letter(ctx: Context, raw: list[Any]) -> DeadLetter:
     letter_id, fields = raw[0].decode(), raw[1]
     values = dict(zip(fields[::2], fields[1::2], strict=True))
     data = values.get(b"d", b"")
     try:
-        e = _decode([values.get(b"entry", b""), [b"d", data]])
+        e = _genuine(ctx, [values.get(b"entry", b""), [b"d", data]])
         kind = "checkpoint" if e.kind == "c" else "writes"
         where = (e.thread_id, e.ns, e.checkpoint_id)
-    except (ValueError, TypeError, KeyError, IndexError):
+    except (ValueError, TypeError, KeyError, IndexError, FrameError):
         kind, where = "?", ("", "", "")
     return DeadLetter(
         letter_id,
@@ -460,7 +493,7 @@ def _dead_letter(raw: list[Any]) -> DeadLetter:
 def dead_letters(ctx: Context, limit: int = 1000) -> Op[list[DeadLetter]]:
     """The dead letters, oldest first (at most ``limit``)."""
     raw = yield Hot("dead_letters", [dead_letter_key(ctx.config.key_prefix)], ["-", limit])
-    return [_dead_letter(r) for r in raw or []]
+    return [_dead_letter(ctx, r) for r in raw or []]
 
 
 def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
@@ -473,7 +506,7 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
     raw = yield Hot("dead_letters", [dead_letter_key(prefix)], [letter_id, 1])
     if not raw or raw[0][0].decode() != letter_id:
         return ""
-    letter = _dead_letter(raw[0])
+    letter = _dead_letter(ctx, raw[0])
     if action == "retry" and letter.kind == "?":
         raise ValueError(f"dead letter {letter_id} cannot be decoded; it can only be dropped")
     keys = ThreadKeys(prefix, letter.thread_id)

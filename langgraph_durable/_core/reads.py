@@ -86,9 +86,12 @@ def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTu
         metadata = loads_metadata(record.fields[b"m"])
     except (FrameError, ValueError) as exc:
         raise Damaged("metadata", str(exc)) from exc
-    blobs = [(field.split("\x00", 1)[0], frame) for field, frame in record.blobs]
+    blobs = []
+    for field, frame in record.blobs:
+        channel, _, version = field.partition("\x00")
+        blobs.append((channel, version, frame))
     return build_tuple(
-        ctx.serde,
+        ctx.codec,
         where,
         record.checkpoint_id,
         parent,
@@ -99,8 +102,12 @@ def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTu
     )
 
 
-def _row_parts(row: dict[str, Any]) -> tuple[list[tuple[str, bytes]], list[StoredWrite]]:
-    blobs = list(zip(row["blob_channels"] or [], row["blobs"] or [], strict=True))
+def _row_parts(row: dict[str, Any]) -> tuple[list[tuple[str, str, bytes]], list[StoredWrite]]:
+    blobs = list(
+        zip(
+            row["blob_channels"] or [], row["blob_versions"] or [], row["blobs"] or [], strict=True
+        )
+    )
     writes = [
         StoredWrite(t, i, c, p, b)
         for t, i, c, p, b in zip(
@@ -121,7 +128,7 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
     blobs, writes = _row_parts(row)
     try:
         return build_tuple(
-            ctx.serde,
+            ctx.codec,
             where,
             row["checkpoint_id"],
             row["parent_checkpoint_id"],
@@ -284,7 +291,7 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str) -> Op[
     blobs, writes = _row_parts(row)
     refs: list[str] = []
     blob_args: list[str | bytes] = []
-    for (channel, frame), version in zip(blobs, row["blob_versions"] or [], strict=True):
+    for channel, version, frame in blobs:
         field = blob_field(channel, version)
         refs.append(field)
         blob_args += [field, frame]

@@ -22,16 +22,10 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core.codec import (
-    FrameError,
-    decode_frame,
-    dumps_metadata,
-    encode_frame,
-    unstorable_json,
-)
+from langgraph_durable._core.codec import FrameError, dumps_metadata, unstorable_json
 from langgraph_durable._core.keys import MAX_ID_BYTES, MAX_NAME_BYTES, blob_field, check_text
+from langgraph_durable._core.seal import Codec, blob_place, checkpoint_place, write_place
 from langgraph_durable.errors import ConfigurationError, CorruptStateError, SerializationError
 
 # Configurable key a read of the latest checkpoint leaves in the config it returns, set to
@@ -122,14 +116,15 @@ class Damaged(Exception):
 
 
 def _dump(
-    serde: SerializerProtocol,
+    codec: Codec,
     value: Any,
+    place: bytes,
     where: Location,
     checkpoint_id: str | None,
     channel: str | None,
 ) -> bytes:
     try:
-        type_, payload = serde.dumps_typed(value)
+        return codec.dump(value, place)
     except Exception as exc:
         raise SerializationError(
             f"cannot serialize the value of channel {channel!r} "
@@ -139,11 +134,10 @@ def _dump(
             checkpoint_id=checkpoint_id,
             channel=channel,
         ) from exc
-    return encode_frame(type_, payload)
 
 
 def encode_checkpoint(
-    serde: SerializerProtocol,
+    codec: Codec,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
@@ -158,8 +152,20 @@ def encode_checkpoint(
     for channel, version in versions.items():
         check_text(channel, "channel name", MAX_NAME_BYTES)
         check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
+    t, ns = where.thread_id, where.checkpoint_ns
     blobs = [
-        (channel, str(version), _dump(serde, values[channel], where, checkpoint_id, channel))
+        (
+            channel,
+            str(version),
+            _dump(
+                codec,
+                values[channel],
+                blob_place(t, ns, channel, str(version)),
+                where,
+                checkpoint_id,
+                channel,
+            ),
+        )
         for channel, version in new_versions.items()
         if channel in values
     ]
@@ -188,7 +194,14 @@ def encode_checkpoint(
         run_id=check_text(str(run_id), "metadata run_id", MAX_NAME_BYTES)
         if run_id is not None
         else None,
-        frame=_dump(serde, body, where, checkpoint_id, None),
+        frame=_dump(
+            codec,
+            body,
+            checkpoint_place(t, ns, checkpoint_id, where.checkpoint_id),
+            where,
+            checkpoint_id,
+            None,
+        ),
         metadata=metadata_json,
         channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),
         blobs=blobs,
@@ -197,7 +210,7 @@ def encode_checkpoint(
 
 
 def encode_writes(
-    serde: SerializerProtocol,
+    codec: Codec,
     where: Location,
     writes: Sequence[tuple[str, Any]],
     task_id: str,
@@ -210,16 +223,16 @@ def encode_writes(
     """
     task_id = check_text(task_id, "task_id", MAX_NAME_BYTES)
     task_path = check_text(task_path, "task_path")
+    checkpoint_id = where.checkpoint_id or ""
     by_idx: dict[int, StoredWrite] = {}
-    for idx, (channel, value) in enumerate(writes):
-        write = StoredWrite(
-            task_id,
-            WRITES_IDX_MAP.get(channel, idx),
-            check_text(channel, "channel name", MAX_NAME_BYTES),
-            task_path,
-            _dump(serde, value, where, where.checkpoint_id, channel),
+    for position, (channel, value) in enumerate(writes):
+        idx = WRITES_IDX_MAP.get(channel, position)
+        check_text(channel, "channel name", MAX_NAME_BYTES)
+        place = write_place(
+            where.thread_id, where.checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path
         )
-        by_idx[write.idx] = write
+        frame = _dump(codec, value, place, where, where.checkpoint_id, channel)
+        by_idx[idx] = StoredWrite(task_id, idx, channel, task_path, frame)
     return list(by_idx.values())
 
 
@@ -236,36 +249,60 @@ def unpack_write(task_id: str, idx: int, value: bytes) -> StoredWrite:
     return StoredWrite(task_id, idx, channel, task_path, frame)
 
 
-def _load(serde: SerializerProtocol, frame: bytes, part: str, channel: str | None = None) -> Any:
+def load(codec: Codec, frame: bytes, place: bytes, part: str, channel: str | None = None) -> Any:
+    """Verify a frame against its place, then decode it.
+
+    Raises:
+        Damaged: the frame fails its seal, or its value cannot (or may not) be decoded.
+    """
     try:
-        type_, payload = decode_frame(frame)
+        typed = codec.open(frame, place)
     except FrameError as exc:
         raise Damaged(part, str(exc), channel) from exc
     try:
-        return serde.loads_typed((type_, payload))
+        return codec.loads_typed(typed)
     except Exception as exc:
         raise Damaged(part, f"cannot deserialize: {exc}", channel) from exc
 
 
+def load_write(codec: Codec, where: Location, checkpoint_id: str, write: StoredWrite) -> Any:
+    """The value of a pending write of ``checkpoint_id``, verified against its place."""
+    place = write_place(
+        where.thread_id,
+        where.checkpoint_ns,
+        checkpoint_id,
+        write.task_id,
+        write.idx,
+        write.channel,
+        write.task_path,
+    )
+    return load(codec, write.frame, place, "write", write.channel)
+
+
 def build_tuple(
-    serde: SerializerProtocol,
+    codec: Codec,
     where: Location,
     checkpoint_id: str,
     parent_id: str | None,
     frame: bytes,
     metadata: dict[str, Any],
-    blobs: Iterable[tuple[str, bytes]],
+    blobs: Iterable[tuple[str, str, bytes]],
     writes: Iterable[StoredWrite],
 ) -> CheckpointTuple:
-    """Decode a checkpoint's stored parts into a `CheckpointTuple`.
+    """Decode a checkpoint's stored parts into a `CheckpointTuple`; ``blobs`` are
+    ``(channel, version, frame)``. Each frame is verified against its place first.
 
     Raises:
-        Damaged: a frame failed its checksum or could not be decoded.
+        Damaged: a frame failed verification or could not be decoded.
     """
-    checkpoint = _load(serde, frame, "checkpoint")
-    checkpoint["channel_values"] = {ch: _load(serde, b, "blob", ch) for ch, b in blobs}
+    t, ns = where.thread_id, where.checkpoint_ns
+    place = checkpoint_place(t, ns, checkpoint_id, parent_id)
+    checkpoint = load(codec, frame, place, "checkpoint")
+    checkpoint["channel_values"] = {
+        ch: load(codec, b, blob_place(t, ns, ch, version), "blob", ch) for ch, version, b in blobs
+    }
     ordered = sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
-    pending = [(w.task_id, w.channel, _load(serde, w.frame, "write", w.channel)) for w in ordered]
+    pending = [(w.task_id, w.channel, load_write(codec, where, checkpoint_id, w)) for w in ordered]
     return CheckpointTuple(
         config=where.config(checkpoint_id),
         checkpoint=checkpoint,

@@ -396,6 +396,53 @@ FROM {schema}.lgd_writes WHERE thread_id = %(source)s
 ON CONFLICT DO NOTHING
 """
 
+# copy_thread with sealed frames: the source's rows, read to be sealed again for the target
+# (each frame is bound to its thread). %(source)s
+COPY_SOURCE_CHECKPOINTS_SQL = """
+SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint
+FROM {schema}.lgd_checkpoints WHERE thread_id = %(source)s
+"""
+COPY_SOURCE_BLOBS_SQL = """
+SELECT checkpoint_ns, channel, version, blob FROM {schema}.lgd_blobs WHERE thread_id = %(source)s
+"""
+COPY_SOURCE_WRITES_SQL = """
+SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, blob
+FROM {schema}.lgd_writes WHERE thread_id = %(source)s
+"""
+
+# The copy itself, every frame given (sealed for the target); other columns come from the
+# source rows. %(source)s %(target)s, then aligned arrays: %(c_ns)s %(c_ids)s %(c_frames)s;
+# %(b_ns)s %(b_channels)s %(b_versions)s %(b_frames)s; %(w_ns)s %(w_ids)s %(w_tasks)s
+# %(w_idxs)s %(w_frames)s
+COPY_THREAD_RESEALED_SQL = """
+WITH c AS (
+    INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+        parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata, created_at)
+    SELECT %(target)s, s.checkpoint_ns, s.checkpoint_id, s.parent_checkpoint_id, s.run_id,
+        f.frame, s.channel_versions, s.metadata, s.created_at
+    FROM unnest(%(c_ns)s::text[], %(c_ids)s::text[], %(c_frames)s::bytea[]) AS f(ns, id, frame)
+    JOIN {schema}.lgd_checkpoints s
+      ON s.thread_id = %(source)s AND s.checkpoint_ns = f.ns AND s.checkpoint_id = f.id
+    ON CONFLICT DO NOTHING
+), b AS (
+    INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
+    SELECT %(target)s, f.ns, f.channel, f.version, f.frame
+    FROM unnest(%(b_ns)s::text[], %(b_channels)s::text[], %(b_versions)s::text[],
+                %(b_frames)s::bytea[]) AS f(ns, channel, version, frame)
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+    channel, task_path, blob)
+SELECT %(target)s, s.checkpoint_ns, s.checkpoint_id, s.task_id, s.idx, s.channel, s.task_path,
+    f.frame
+FROM unnest(%(w_ns)s::text[], %(w_ids)s::text[], %(w_tasks)s::text[], %(w_idxs)s::int[],
+            %(w_frames)s::bytea[]) AS f(ns, id, task, idx, frame)
+JOIN {schema}.lgd_writes s
+  ON s.thread_id = %(source)s AND s.checkpoint_ns = f.ns AND s.checkpoint_id = f.id
+ AND s.task_id = f.task AND s.idx = f.idx
+ON CONFLICT DO NOTHING
+"""
+
 # The shape of each thread's history, for prune: ids, parents, delta counters, and for
 # each channel version whether a stored value (a snapshot or a plain value) exists.
 # %(thread_ids)s
@@ -491,7 +538,7 @@ WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(checkpoint_ns)s
 
 # %(thread_id)s %(checkpoint_ns)s %(seed_ids)s %(seed_channels)s (aligned arrays)
 DELTA_SEEDS_SQL = """
-SELECT s.channel, b.blob
+SELECT s.channel, b.version, b.blob
 FROM unnest(%(seed_ids)s::text[], %(seed_channels)s::text[]) AS s(checkpoint_id, channel)
 JOIN {schema}.lgd_checkpoints c
   ON c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s

@@ -24,7 +24,11 @@ from langgraph.checkpoint.base import (
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_marks, try_hot
-from langgraph_durable._core.journal import pack_checkpoint_entry, pack_writes_entry
+from langgraph_durable._core.journal import (
+    pack_checkpoint_entry,
+    pack_writes_entry,
+    seal_entry,
+)
 from langgraph_durable._core.keys import (
     ThreadKeys,
     blob_field,
@@ -44,6 +48,7 @@ from langgraph_durable._core.records import (
     pack_write,
 )
 from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
+from langgraph_durable._core.reseal import copy_statement
 from langgraph_durable.errors import (
     ConfigurationError,
     ThreadConflictError,
@@ -66,7 +71,7 @@ def put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
-    stored = encode_checkpoint(ctx.serde, config, checkpoint, metadata, new_versions)
+    stored = encode_checkpoint(ctx.codec, config, checkpoint, metadata, new_versions)
     cas = _extends_head(config, stored.parent_id)
     keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
     rows = yield from _write(
@@ -74,7 +79,7 @@ def put(
         keys,
         stored.where,
         lambda: _put_statement(ctx, stored, cas),
-        lambda: pack_checkpoint_entry(stored),
+        lambda: seal_entry(ctx, pack_checkpoint_entry(stored)),
         lambda token, ttl, row, journal: _put_hot(
             keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, journal
         ),
@@ -273,7 +278,7 @@ def put_writes(
     task_path: str,
 ) -> Op[None]:
     where = locate(config, need_id=True)
-    stored = encode_writes(ctx.serde, where, writes, task_id, task_path)
+    stored = encode_writes(ctx.codec, where, writes, task_id, task_path)
     if not stored:
         return None
     keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
@@ -282,7 +287,7 @@ def put_writes(
         keys,
         where,
         lambda: _writes_statement(ctx, where, stored),
-        lambda: pack_writes_entry(where, stored),
+        lambda: seal_entry(ctx, pack_writes_entry(where, stored)),
         lambda token, ttl, row, journal: _writes_hot(
             keys, where, stored, token, ttl, int(row["version"]) if row else 0, journal
         ),
@@ -452,11 +457,12 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
     yield from _settle(ctx)
+    copy = yield from copy_statement(ctx, src, dst)
     yield from _mutate_threads(
         ctx,
         [dst],
         [
-            Statement(ctx.statements.copy_thread_sql, {"source": src, "target": dst}),
+            copy,
             Statement(
                 ledger_statements(ctx.config.schema).copy_thread, {"source": src, "target": dst}
             ),

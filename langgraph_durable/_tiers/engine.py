@@ -22,6 +22,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_durable._core import inspection, migrate, ops
 from langgraph_durable._core.context import Breaker, Context, MarkClock
 from langgraph_durable._core.ledger import OwnerGone
+from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
 from langgraph_durable._tiers import aio, host, sync
 from langgraph_durable._tiers.common import AsyncEffects, Effects, probe_cold
@@ -45,6 +46,7 @@ class Engine:
             breaker=Breaker(seconds(config.breaker_cooldown)),
             marks=MarkClock(seconds(config.stale_poll_interval)),
             consumer=host.consumer_name(),
+            seal=Seal.of(config),
         )
         self.leases = Leases(self.run, self.context)
         self._lock = threading.Lock()

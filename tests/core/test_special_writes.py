@@ -28,7 +28,7 @@ def test_encode_writes_keeps_the_last_of_two_special_writes_to_one_channel(
         ctx: Context) -> None:
     """Two writes to ``__interrupt__`` share LangGraph's fixed negative index: one stored
     write remains, holding the second value; the ordinary write keeps its position."""
-    stored = encode_writes(ctx.serde, Location(THREAD, "", "c1"), WRITES, "task", "path")
+    stored = encode_writes(ctx.codec, Location(THREAD, "", "c1"), WRITES, "task", "path")
     assert [(w.channel, w.idx, w.special) for w in stored] == [
         (INTERRUPT, -3, True), ("x", 1, False)]
     assert _value(ctx.serde, stored[0].frame) == "second question"
@@ -55,6 +55,6 @@ def test_put_writes_sends_one_special_write_to_both_tiers(ctx: Context) -> None:
     assert _value(ctx.serde, params["s_blobs"][0]) == "second question"
     args = list(script.requests[2].args)
     assert args[3:6] == [8, keys.version_field(""), 2]
-    stored = encode_writes(ctx.serde, Location(THREAD, "", "c1"), WRITES, "task", "path")
+    stored = encode_writes(ctx.codec, Location(THREAD, "", "c1"), WRITES, "task", "path")
     assert args[6:] == [write_field("task", -3), pack_write(stored[0]), "r",
                         write_field("task", 1), pack_write(stored[1]), "n"]
