@@ -197,12 +197,3 @@ class Context:
     @property
     def deadline_ms(self) -> int:
         return int((time.time() + seconds(self.config.write_deadline)) * 1000)
-
-    @property
-    def intent_ttl_ms(self) -> int:
-        """Lifetime of a thread's intent set: longer than the thread's hot keys live, so a
-        writer that died between its commit and its Redis update leaves readers going to
-        Postgres until a read re-warms the thread, never a stale copy (0: no expiry)."""
-        if self.ttl_ms == 0:
-            return 0
-        return self.ttl_ms + int(seconds(self.config.write_deadline) * 2000) + 1000

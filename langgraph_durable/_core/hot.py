@@ -68,7 +68,7 @@ def announce(ctx: Context, keys: ThreadKeys) -> Op[str | None]:
     """Record a write intent; returns its token, or ``None`` if Redis is bypassed."""
     token = secrets.token_hex(16)
     done = yield from try_hot(
-        ctx, Hot("intent", [keys.intents], [token, ctx.deadline_ms, ctx.intent_ttl_ms])
+        ctx, Hot("intent", [keys.intents], [token, ctx.deadline_ms])
     )
     return token if done is not None else None
 

@@ -111,14 +111,14 @@ RELEASE_SCRIPT = """
 return redis.call('ZREM', KEYS[1], ARGV[1])
 """
 
-# Announce a write-through write before its Postgres transaction. The set outlives the
-# thread's other keys (ARGV[3] is longer than their TTL), so an intent whose writer died
-# after committing keeps readers on Postgres until a warm clears it.
-# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] key ttl ms (0: none)
+# Announce a write-through write before its Postgres transaction. The set has no TTL, so
+# neither expiry nor a volatile-* eviction policy removes an intent whose writer died after
+# committing: it keeps readers on Postgres until a warm clears it (Redis deletes the set
+# when its last intent goes).
+# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)
 INTENT_SCRIPT = """
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3])
-else redis.call('PERSIST', KEYS[1]) end
+redis.call('PERSIST', KEYS[1])
 return 1
 """
 
@@ -135,8 +135,9 @@ return 1
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
 # Replies {"conflict", head} if it is not, and {"cold", dirty} when the index is not hot
-# (the caller then writes through Postgres, which knows the head, after draining the
-# journal when dirty = 1: the thread has entries not yet flushed).
+# or a write-through write of the thread is in flight (the caller then writes through
+# Postgres, which knows the head, after draining the journal when dirty = 1: the thread
+# has entries not yet flushed).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -161,6 +162,8 @@ if version > 0 then
 end
 if ARGV[12] == '1' then
   local cold = {'cold', redis.call('EXISTS', KEYS[6])}
+  -- a write going through Postgres is in flight (its intent): Postgres orders the two
+  if redis.call('ZCARD', KEYS[1]) > 0 then return cold end
   if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return cold end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1)
   if #last == 0 then return cold end
@@ -484,6 +487,7 @@ for i = last + 1, rejected, 2 do
   end
 end
 local settled = {}
+local lost = {}
 for i = 5, last, 5 do
   local id, ukey, member, registry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
@@ -491,6 +495,11 @@ for i = 5, last, 5 do
       redis.call('DECRBY', KEYS[3], ARGV[i + 4])
     end
     if redis.call('HINCRBY', ukey, member, -1) <= 0 then redis.call('HDEL', ukey, member) end
+  else
+    -- no longer pending here: Redis lost the journal (and this entry's hot copy) while
+    -- the batch was committed, or another flusher took it over; the thread's copy may
+    -- lack what just reached Postgres, so it goes (reads re-warm it)
+    lost[registry] = true
   end
   if redis.call('EXISTS', ukey) == 0 and not settled[registry] then
     settled[registry] = true
@@ -500,6 +509,13 @@ for i = 5, last, 5 do
       redis.call('PEXPIRE', registry, ttl)
     end
   end
+end
+for registry in pairs(lost) do
+  local keys = redis.call('SMEMBERS', registry)
+  for i = 1, #keys, 500 do
+    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+  end
+  redis.call('DEL', registry)
 end
 if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
 for i = rejected + 1, #ARGV, 3 do

@@ -211,7 +211,8 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 # A checkpoint and its new blobs in one statement (one round trip, one transaction). The
 # namespace's head row is taken first: its lock orders concurrent writers of the
 # namespace, and with %(cas)s the checkpoint is stored only if it extends the head (its
-# parent is the head, the namespace has none yet, or it is a retry of this very put).
+# parent is the head, it is a root of a namespace with none yet, or it is a retry of
+# this very put).
 # Returns the new version and head, or no row when the head moved on (another run wrote
 # first).
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s %(cas)s
@@ -221,13 +222,18 @@ PUT_CHECKPOINT_SQL = (
     """
 WITH head AS (
     INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, head, version)
-    VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, """
+    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, """
     + _NEXT_VERSION
-    + """)
+    + """
+    -- a namespace without a head row has no checkpoint: a put that extends a parent
+    -- there extends a deleted history, and conflicts
+    WHERE NOT %(cas)s OR %(parent_id)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM {schema}.lgd_heads x
+        WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
         head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
-    WHERE NOT %(cas)s OR h.head IS NULL OR h.head = %(parent_id)s
-       OR h.head = EXCLUDED.head
+    WHERE NOT %(cas)s OR h.head = %(parent_id)s OR h.head = EXCLUDED.head
+       OR (h.head IS NULL AND %(parent_id)s::text IS NULL)
     RETURNING h.version, h.head
 ), new_blobs AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)

@@ -49,7 +49,7 @@ from tests.sim.workload import (
     process_main,
 )
 
-HOT_WRITES = ("put", "put_writes", "put_behind", "put_writes_behind")
+HOT_WRITES = ("put", "put_writes", "put_behind", "put_writes_behind", "drop_thread")
 EXPECTED_ERRORS = (TierUnavailableError, ThreadConflictError)
 # Fault kinds: Redis wiped, a key evicted, a reply lost after the server applied the
 # request, Redis unreachable from one process, a thread restored from an older Redis state
@@ -361,12 +361,10 @@ class Sim:
         return sorted(self.env.redis.scan_iter(match=f"{base}:*", count=1000))
 
     def _fault_evict(self) -> str:
-        """One key of a thread is evicted (write-behind: only keys with a TTL, as a
-        volatile-* eviction policy would)."""
+        """One key of a thread with a TTL is evicted, as a volatile-* eviction policy
+        would (allkeys-* policies can evict what must not go; doctor warns about them)."""
         thread = self.rng.choice(self.threads)
-        keys = self._thread_keys(thread)
-        if self.p.mode == "behind":
-            keys = [k for k in keys if self.env.redis.pttl(k) > 0]
+        keys = [k for k in self._thread_keys(thread) if self.env.redis.pttl(k) > 0]
         if not keys:
             return "(nothing to evict)"
         key = self.rng.choice(keys)

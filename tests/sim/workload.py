@@ -195,7 +195,8 @@ def writer_turn(w: Workload, ctx: Context, proc: int) -> Actor:
     for _ in range(w.rng.randint(1, 3)):
         if not (yield writes_call(w, ctx, thread, ns, put.call.checkpoint_id)).acked:
             return
-    yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=False,
+    # a forked run goes on along its own branch (LangGraph carries no head marker)
+    yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=fork,
                    basis=put.id, carry=carry)
 
 
