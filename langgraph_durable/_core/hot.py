@@ -64,13 +64,22 @@ def bypassed(thread_id: str) -> TierUnavailableError:
     )
 
 
-def announce(ctx: Context, keys: ThreadKeys) -> Op[str | None]:
-    """Record a write intent; returns its token, or ``None`` if Redis is bypassed."""
+def announce(ctx: Context, keys: ThreadKeys, *, current: bool = False) -> Op[str | None]:
+    """Record a write intent; returns its token, or ``None`` if Redis is bypassed.
+
+    With ``current``, a thread that has write-behind entries not yet flushed (another
+    saver writes the prefix behind) is flushed first, so the Postgres commit that follows
+    sees the thread's head.
+    """
     token = secrets.token_hex(16)
-    done = yield from try_hot(
-        ctx, Hot("intent", [keys.intents], [token, ctx.deadline_ms])
+    dirty = yield from try_hot(
+        ctx, Hot("intent", [keys.intents, keys.unflushed], [token, ctx.deadline_ms])
     )
-    return token if done is not None else None
+    if dirty is None:
+        return None
+    if current and int(dirty):
+        yield from journal.flush(ctx, timeout=None)
+    return token
 
 
 def stale_marks(ctx: Context, thread_ids: Sequence[str]) -> list[Statement]:

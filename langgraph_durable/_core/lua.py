@@ -115,11 +115,13 @@ return redis.call('ZREM', KEYS[1], ARGV[1])
 # neither expiry nor a volatile-* eviction policy removes an intent whose writer died after
 # committing: it keeps readers on Postgres until a warm clears it (Redis deletes the set
 # when its last intent goes).
-# KEYS[1] intents  ARGV[1] token  ARGV[2] deadline (ms since epoch)
+# KEYS[1] intents  KEYS[2] the thread's unflushed hash  ARGV[1] token
+# ARGV[2] deadline (ms since epoch)
+# returns 1 if the thread has write-behind entries not yet flushed, else 0
 INTENT_SCRIPT = """
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('PERSIST', KEYS[1])
-return 1
+return redis.call('EXISTS', KEYS[2])
 """
 
 # Shared body of the two put scripts: store one checkpoint and the blobs it introduces,

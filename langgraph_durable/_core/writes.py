@@ -141,7 +141,7 @@ def _write(
             yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
         if int(reply[1]):  # "cold" with entries of the thread unflushed: Postgres first
             yield from journal.flush(ctx, timeout=None)
-    token = yield from announce(ctx, keys)
+    token = yield from announce(ctx, keys, current=True)
     try:
         rows: list[dict[str, Any]] = (
             yield from commit(ctx, token, [keys.thread_id], [statement()])

@@ -39,7 +39,7 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     st = ctx.statements
     ctx.marks.checked()
     script = Script([
-        (hot("intent", [keys.intents]), hot_down()),
+        (hot("intent", [keys.intents, keys.unflushed]), hot_down()),
         (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
          [[{"version": 9, "head": "x"}], None, None]),
     ])
@@ -79,7 +79,7 @@ def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
     checkpoint_id, op = _put(ctx)
     keys = ThreadKeys("t", THREAD)
     script = Script([
-        (hot("intent", [keys.intents]), 1),
+        (hot("intent", [keys.intents, keys.unflushed]), 0),
         (cold(ctx.statements.put_checkpoint_sql), [[{"version": 7, "head": checkpoint_id}]]),
         (hot("put", [keys.intents, keys.index(""), keys.blobs(""),
                      keys.checkpoint("", checkpoint_id), keys.registry, keys.unflushed,
@@ -102,7 +102,7 @@ def test_write_through_put_with_postgres_down_raises_and_leaves_redis_untouched(
     never runs (the intent alone sends readers to Postgres)."""
     _, op = _put(ctx)
     script = Script([
-        (hot("intent"), 1),
+        (hot("intent"), 0),
         (cold(ctx.statements.put_checkpoint_sql), cold_down()),
     ])
     with pytest.raises(TierUnavailableError) as raised:
