@@ -51,7 +51,8 @@ end
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] registry  KEYS[5] unflushed
 # ARGV[1] checkpoint key prefix  ARGV[2] checkpoint id or ""  ARGV[3] ttl ms (0: none)
 # ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
-# returns {"busy"} | {"miss", dirty} (dirty = 1: the thread has entries not yet flushed)
+# returns {"busy", dirty} | {"miss", dirty} (dirty = 1: the thread has entries not yet
+#         flushed; the caller drains the journal before it reads Postgres)
 #       | {"same", id, head} (the caller's copy is current; head = 1: it is the latest)
 #       | {"hit", id, field, value, ..., "\0head", head, "\0blobs", field, frame, ...}
 GET_SCRIPT = (
@@ -83,7 +84,7 @@ end
 local function miss()
   return {'miss', redis.call('EXISTS', KEYS[5])}
 end
-if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy'} end
+if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy', redis.call('EXISTS', KEYS[5])} end
 if redis.call('SISMEMBER', KEYS[4], KEYS[2]) == 0 then return miss() end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1)
 if #last == 0 then return miss() end

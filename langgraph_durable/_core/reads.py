@@ -258,7 +258,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
             return tup, record.head
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
-    if reply is not None and reply[0] == b"miss" and int(reply[1]):
+    if reply is not None and reply[0] in (b"miss", b"busy") and int(reply[1]):
         yield from journal.flush(ctx, timeout=None)
     if where.checkpoint_id is None:
         query, params = (

@@ -204,12 +204,12 @@ class Checker:
     # ------------------------------------------------------------------ I5
 
     def _raced_roots(self) -> set[tuple[str, str]]:
-        """Namespaces two runs started at once (more than one acknowledged root): they
+        """Namespaces two runs started at once (more than one root put): they
         are not serialized, and the tiers may disagree on which root's line is the head
         until it is next written (docs/failure-model.md)."""
         count: dict[tuple[str, str], int] = {}
-        for p in self.puts.values():
-            if p.acked and not p.call.parent_id:
+        for p in self.puts.values():  # a root whose reply was lost may exist all the same
+            if not p.call.parent_id:
                 key = (p.call.thread, p.call.ns)
                 count[key] = count.get(key, 0) + 1
         return {key for key, n in count.items() if n > 1}
