@@ -634,14 +634,51 @@ def render(template: str, schema: str) -> sql.Composed:
 
 
 class Statements:
-    """Every statement rendered once for one schema; attribute names match the constants."""
+    """Every statement rendered once for one schema; attribute names match the constants
+    (``PUT_CHECKPOINT_SQL`` -> ``put_checkpoint_sql``). Each is declared here, so the type
+    checker catches a misspelled name; `tests/core/test_layers.py` checks that the
+    declarations and the constants agree."""
+
+    bump_thread_sql: sql.Composed
+    copy_source_blobs_sql: sql.Composed
+    copy_source_checkpoints_sql: sql.Composed
+    copy_source_writes_sql: sql.Composed
+    copy_thread_resealed_sql: sql.Composed
+    copy_thread_sql: sql.Composed
+    create_migrations_sql: sql.Composed
+    create_schema_sql: sql.Composed
+    delete_for_runs_sql: sql.Composed
+    delete_orphan_blobs_sql: sql.Composed
+    delete_threads_sql: sql.Composed
+    delta_chain_sql: sql.Composed
+    delta_seeds_sql: sql.Composed
+    delta_writes_sql: sql.Composed
+    flush_blobs_sql: sql.Composed
+    flush_checkpoints_sql: sql.Composed
+    flush_heads_sql: sql.Composed
+    flush_special_writes_sql: sql.Composed
+    flush_writes_sql: sql.Composed
+    forget_marks_sql: sql.Composed
+    get_by_id_sql: sql.Composed
+    get_latest_sql: sql.Composed
+    head_sql: sql.Composed
+    mark_hot_stale_sql: sql.Composed
+    newest_mark_sql: sql.Composed
+    pending_marks_sql: sql.Composed
+    prune_delete_sql: sql.Composed
+    prune_scan_sql: sql.Composed
+    put_checkpoint_sql: sql.Composed
+    put_writes_sql: sql.Composed
+    rebuild_heads_sql: sql.Composed
+    repair_blob_sql: sql.Composed
+    repair_checkpoint_sql: sql.Composed
+    threads_of_runs_sql: sql.Composed
+    tombstone_sql: sql.Composed
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
-        for name, value in globals().items():
-            if name.endswith("_SQL") and isinstance(value, str):
-                setattr(self, name.lower(), render(value, schema))
-
+        for name in STATEMENT_NAMES:
+            setattr(self, name, render(globals()[name.upper()], schema))
         self._lists: dict[tuple[frozenset[str], bool], sql.Composed] = {}
 
     def list_sql(self, present: frozenset[str], limited: bool) -> sql.Composed:
@@ -651,5 +688,8 @@ class Statements:
             self._lists[key] = render(list_template(present, limited), self.schema)
         return self._lists[key]
 
-    def __getattr__(self, name: str) -> sql.Composed:  # only for the type checker
-        raise AttributeError(name)
+
+# The statements `Statements` renders: the names it declares.
+STATEMENT_NAMES = tuple(
+    name for name, kind in Statements.__annotations__.items() if kind == "sql.Composed"
+)

@@ -85,3 +85,15 @@ def test_only_the_engine_and_the_saver_run_operations_by_private_hands() -> None
             for n, line in enumerate(path.read_text().splitlines(), 1)
             if re.search(r"\.(_run|_arun|_ctx)\b", line)]
     assert hits == []
+
+
+def test_every_statement_constant_is_declared_on_statements() -> None:
+    """`Statements` declares one typed attribute per ``*_SQL`` constant of `_core/sql.py`
+    (so the type checker knows every name), and renders exactly those."""
+    from langgraph_durable._core import sql as statements_module
+
+    constants = {name.lower() for name in vars(statements_module)
+                 if name.endswith("_SQL") and isinstance(getattr(statements_module, name), str)}
+    assert set(statements_module.STATEMENT_NAMES) == constants
+    rendered = statements_module.Statements("s")
+    assert all(hasattr(rendered, name) for name in constants)
