@@ -31,6 +31,16 @@ local function raise_version(vkey, field, version)
     redis.call('HSET', vkey, field, version)
   end
 end
+-- Delete a thread's hot copy: every key its registry lists, and the registry. Returns how
+-- many keys it listed. (The unflushed hash and the versions hash are not listed.)
+local function drop_copy(registry)
+  local keys = redis.call('SMEMBERS', registry)
+  for i = 1, #keys, 500 do
+    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+  end
+  redis.call('DEL', registry)
+  return #keys
+end
 -- A namespace's index and blob hash belong to the thread's copy only while the registry
 -- lists them. Keys it does not list outlived an eviction or a drop: remove them (and the
 -- checkpoints their index names) before anything is written next to them.
@@ -137,10 +147,9 @@ return redis.call('EXISTS', KEYS[2])
 # version rises to the committed one.
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
-# Replies {"conflict", head} if it is not, and {"cold", dirty} when the index is not hot
-# or a write-through write of the thread is in flight (the caller then writes through
-# Postgres, which knows the head, after draining the journal when dirty = 1: the thread
-# has entries not yet flushed).
+# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot or a
+# write-through write of the thread is in flight (the caller then writes through Postgres,
+# which knows the head; its intent tells it whether to drain the journal first).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -164,7 +173,7 @@ if version > 0 then
   end
 end
 if ARGV[12] == '1' then
-  local cold = {'cold', redis.call('EXISTS', KEYS[6])}
+  local cold = {'cold'}
   -- a write going through Postgres is in flight (its intent): Postgres orders the two
   if redis.call('ZCARD', KEYS[1]) > 0 then return cold end
   if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return cold end
@@ -336,11 +345,7 @@ if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
 if expired > 0 then
   -- a writer died between its commit and its Redis update, in any namespace of the
   -- thread: the intent protected them all, so the whole copy goes before it does
-  local keys = redis.call('SMEMBERS', KEYS[5])
-  for i = 1, #keys, 500 do
-    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
-  end
-  redis.call('DEL', KEYS[5])
+  drop_copy(KEYS[5])
 end
 local version = tonumber(ARGV[8])
 if version < held(KEYS[7], ARGV[9]) then return 0 end
@@ -373,13 +378,9 @@ return 1
 # KEYS[1] intents  KEYS[2] registry  KEYS[3] versions hash  KEYS[4] unflushed hash
 # ARGV[1] intent token or ""  ARGV[2] tombstone version (0: none)  ARGV[3] ttl ms (0: none)
 # ARGV[4] "1": refuse while unflushed
-DROP_THREAD_SCRIPT = """
+DROP_THREAD_SCRIPT = _PRELUDE + """
 if ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then return -1 end
-local keys = redis.call('SMEMBERS', KEYS[2])
-for i = 1, #keys, 500 do
-  redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
-end
-redis.call('DEL', KEYS[2])
+local dropped = drop_copy(KEYS[2])
 local tomb = tonumber(ARGV[2])
 if tomb > 0 then
   tomb = math.max(tomb, tonumber(redis.call('HGET', KEYS[3], '*') or '0') or 0)
@@ -389,7 +390,7 @@ if tomb > 0 then
   if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
 end
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
-return #keys
+return dropped
 """
 
 # The highest stale mark (a Postgres sequence number) this Redis has applied, raised to
@@ -513,13 +514,7 @@ for i = 5, last, 5 do
     end
   end
 end
-for registry in pairs(lost) do
-  local keys = redis.call('SMEMBERS', registry)
-  for i = 1, #keys, 500 do
-    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
-  end
-  redis.call('DEL', registry)
-end
+for registry in pairs(lost) do drop_copy(registry) end
 if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
 for i = rejected + 1, #ARGV, 3 do
   raise_version(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]))

@@ -139,8 +139,7 @@ def _write(
             return None  # journaled
         if reply[0] == b"conflict":
             yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
-        if int(reply[1]):  # "cold" with entries of the thread unflushed: Postgres first
-            yield from journal.flush(ctx, timeout=None)
+        # "cold": through Postgres below (the intent tells whether to drain first)
     token = yield from announce(ctx, keys, current=True)
     try:
         rows: list[dict[str, Any]] = (
@@ -487,16 +486,10 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     yield from _settle(ctx)
     rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids}, fetch=True))[0]
     keep = list(_keep_set(rows))
-    latest = [
-        (
-            t,
-            ns,
-            max(
-                r["checkpoint_id"] for r in rows if r["thread_id"] == t and r["checkpoint_ns"] == ns
-            ),
-        )
-        for t, ns in {(r["thread_id"], r["checkpoint_ns"]) for r in rows}
-    ]
+    latest: dict[tuple[str, str], str] = {}  # the latest checkpoint the scan saw per namespace
+    for row in rows:
+        space = (row["thread_id"], row["checkpoint_ns"])
+        latest[space] = max(latest.get(space, ""), row["checkpoint_id"])
     yield from _mutate_threads(
         ctx,
         ids,
@@ -510,7 +503,7 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
                     "keep_ids": [k[2] for k in keep],
                     "latest_threads": [k[0] for k in latest],
                     "latest_ns": [k[1] for k in latest],
-                    "latest_ids": [k[2] for k in latest],
+                    "latest_ids": list(latest.values()),
                 },
                 fetch=True,
             ),
