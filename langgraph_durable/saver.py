@@ -111,6 +111,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._behind = self.config.write_mode == "behind"
         self._background = self._behind and self.config.background_flush
         self._ledger: Ledger | None = None
+        self.engine.after_fork(self._forked)
 
     @property
     def migrations(self) -> tuple[Migration, ...]:
@@ -125,6 +126,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 if self._ledger is None:
                     self._ledger = Ledger(self.engine)
         return self._ledger
+
+    def _forked(self) -> None:
+        """In a child after ``fork()``: the parent's flusher thread did not come along; the
+        child's first write starts its own."""
+        self._lock = threading.Lock()
+        self._flusher = None
 
     # ------------------------------------------------------------------ writes
 

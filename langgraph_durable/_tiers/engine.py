@@ -11,9 +11,10 @@ CLI all run operations through ``saver.engine``.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -54,6 +55,8 @@ class Engine:
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aio.Tiers] = (
             weakref.WeakKeyDictionary()
         )
+        self._fork_hooks: list[Callable[[], None]] = []
+        _ENGINES.add(self)
 
     # ------------------------------------------------------------------ clients
 
@@ -105,6 +108,31 @@ class Engine:
     async def acheck_cold(self) -> None:
         """Async twin of `check_cold` (the probe runs in a worker thread)."""
         await asyncio.to_thread(probe_cold, self.config)
+
+    # ------------------------------------------------------------------ fork()
+
+    def after_fork(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` in a child process after ``fork()``, once the engine renewed itself
+        (the saver forgets its flusher there)."""
+        self._fork_hooks.append(hook)
+
+    def _forked(self) -> None:
+        """In a child after ``fork()``: replace what the fork copied but cannot use.
+
+        The parent's connections and pool threads: its sockets are shared with the parent,
+        and a pool's workers did not come along. They are set aside, never used nor closed
+        here (closing would end the parent's sessions); clients of this process's own open
+        on first use. The heartbeat thread did not come along either, and the parent's
+        running calls are not this process's. Locks another thread may have held are new.
+        """
+        _INHERITED.append((self._sync, list(self._aio.values())))
+        self._lock = threading.Lock()
+        self._sync = None
+        self._aio = weakref.WeakKeyDictionary()
+        self.leases = Leases(self.run, self.context)
+        self.context.forked(host.consumer_name())
+        for hook in self._fork_hooks:
+            hook()
 
     # ------------------------------------------------------------------ running
 
@@ -176,6 +204,23 @@ class Engine:
         """Ids of a thread's checkpoints that contain ``fragment``."""
         return self.run(inspection.match_checkpoint(self.config.schema, thread_id,
                                                     checkpoint_ns, fragment))
+
+
+# Every engine of this process, renewed in a child after ``fork()`` (`Engine._forked`).
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+# The parent's clients a forked child inherited: referenced for the child's lifetime so no
+# destructor here runs on them (a pool's would wait on threads that did not come along).
+_INHERITED: list[object] = []
+
+
+def _after_fork_in_child() -> None:
+    host.forked()
+    for engine in list(_ENGINES):
+        engine._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _host_first(effects: Effects) -> Effects:
