@@ -31,9 +31,10 @@ def _spec(saver: DurableSaver, thread: str, **policy: Any) -> ledger.CallSpec:
         policy=ledger.Policy(**options))
 
 
-def _is_claim(saver: DurableSaver) -> Any:
-    claim = statements(saver.config.schema).claim
-    return lambda request: isinstance(request, Cold) and request.statements[0].query == claim
+def _is(saver: DurableSaver, name: str) -> Any:
+    """Whether a request runs the ledger statement ``name`` (``"claim"``, ``"reclaim"``)."""
+    query = getattr(statements(saver.config.schema), name)
+    return lambda request: isinstance(request, Cold) and request.statements[0].query == query
 
 
 def test_a_committed_claim_whose_reply_was_lost_runs_the_tool_once(saver: DurableSaver) -> None:
@@ -50,11 +51,35 @@ def test_a_committed_claim_whose_reply_was_lost_runs_the_tool_once(saver: Durabl
 
     with saver.engine.handling(spec.key):
         result = saver.engine.run(lose_reply(ledger.call(saver.engine.context, spec),
-                                             _is_claim(saver)), effects)
+                                             _is(saver, "claim")), effects)
     assert result == "charged" and runs == [1]
     record = saver.ledger.get(spec.key)
     assert record is not None
     assert (record.status, record.attempts, record.result) == ("succeeded", 1, "charged")
+
+
+def test_a_claim_again_whose_reply_was_lost_runs_the_next_attempt_once(
+        saver: DurableSaver) -> None:
+    """A retryable failure is claimed again (attempt 2); that commits but its reply is
+    lost: the claim runs again, finds attempt 2 under its nonce, and runs it once."""
+    thread, runs = uuid.uuid4().hex, []
+
+    def effects(request: Any) -> Any:
+        assert isinstance(request, ledger.Invoke)
+        runs.append(request.attempt)
+        if request.attempt == 1:
+            return ledger.Raised(ConnectionError("flaky"), "error", retryable=True)
+        return ledger.Returned("charged")
+
+    with pytest.raises(ConnectionError):
+        saver.engine.run(ledger.call(saver.engine.context, _spec(saver, thread)), effects)
+    spec = _spec(saver, thread)
+    with saver.engine.handling(spec.key):
+        result = saver.engine.run(lose_reply(ledger.call(saver.engine.context, spec),
+                                             _is(saver, "reclaim")), effects)
+    assert result == "charged" and runs == [1, 2]
+    record = saver.ledger.get(spec.key)
+    assert record is not None and (record.status, record.attempts) == ("succeeded", 2)
 
 
 def test_a_started_row_of_another_call_of_this_process_is_still_uncertain(
