@@ -166,16 +166,16 @@ def _again_if_lost(request: Cold, tries: int) -> Op[list[Any]]:
     Raises:
         TierUnavailableError: the last try failed too.
     """
-    for failures in range(tries):
+    failures = 0
+    while True:
         try:
             rows: list[Any] = (yield request)[0]
+            return rows
         except TierUnavailableError:
-            if failures + 1 == tries:
+            if failures + 1 >= tries:
                 raise
-            yield Pause(_RETRY.compute(failures))
-            continue
-        return rows
-    raise AssertionError("unreachable: the last try returns or raises")
+        yield Pause(_RETRY.compute(failures))
+        failures += 1
 
 
 def _check_same_call(spec: CallSpec, record: LedgerRecord) -> None:
