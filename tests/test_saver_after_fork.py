@@ -5,15 +5,17 @@ its own lease heartbeats, its own lease-owner identity."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from langgraph_durable import DurableSaver, ToolCallInProgressError, durable_tool
-from tests.conftest import POSTGRES_URL, put_value
+from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
 
 LEASE = 0.6
 
@@ -88,3 +90,40 @@ def test_a_long_tool_in_a_forked_child_keeps_its_lease_on_its_own_connections(
     put_value(saver, thread, "after fork")
     state = saver.get_tuple(config)
     assert state is not None and state.checkpoint["channel_values"]["value"] == "after fork"
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_a_forked_child_flushes_its_writes_after_its_parent_is_gone(
+        saver: DurableSaver, namespace: tuple[str, str], tmp_path: Path) -> None:
+    """Write-behind: a process writes (its flusher thread starts), forks, and exits at once.
+    The child's write reaches Postgres without anyone calling flush: the child runs a
+    flusher of its own."""
+    schema, _ = namespace
+    fork = multiprocessing.get_context("fork")
+    verdict = tmp_path / "verdict"
+    thread = uuid.uuid4().hex
+
+    def parent() -> None:
+        put_value(saver, thread + "-parent", "parent")
+        if os.fork():
+            os._exit(0)  # the parent and its flusher thread are gone
+        found = 0
+        try:
+            put_value(saver, thread, "child")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not found:
+                time.sleep(0.1)
+                found = cold_checkpoints(schema, thread)
+        finally:
+            written = verdict.with_suffix(".tmp")
+            written.write_text(str(found))
+            written.rename(verdict)
+            os._exit(0)
+
+    proc = fork.Process(target=parent)
+    proc.start()
+    proc.join(30)
+    deadline = time.monotonic() + 30
+    while not verdict.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert verdict.read_text() == "1"
