@@ -17,7 +17,7 @@ import pytest
 from langgraph_durable import DurableSaver, ToolCallInProgressError, durable_tool
 from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
 
-LEASE = 0.6
+LEASE = 1.0
 
 
 def _backends() -> set[int]:
@@ -37,7 +37,7 @@ def _backend_of(saver: DurableSaver) -> int:
 def test_a_long_tool_in_a_forked_child_keeps_its_lease_on_its_own_connections(
         saver: DurableSaver) -> None:
     """The parent used the saver (a tracked call started its heartbeat thread; a put opened
-    its pools), then forked. In the child, a tracked call runs five leases long: another
+    its pools), then forked. In the child, a tracked call runs over four leases long: another
     process that asks for the same call meanwhile gets `ToolCallInProgressError` (the
     child's heartbeats keep the lease), not an uncertain call to take over. The child talks
     to Postgres on connections of its own, its call is recorded once, and the parent's
@@ -74,7 +74,7 @@ def test_a_long_tool_in_a_forked_child_keeps_its_lease_on_its_own_connections(
     proc.start()
     try:
         assert started.wait(30), "the child never started its tool call"
-        time.sleep(5 * LEASE)
+        time.sleep(4 * LEASE)
         impatient = durable_tool(ship.inner, saver=saver, wait=0.0)
         with pytest.raises(ToolCallInProgressError):
             impatient.invoke(call, config)
