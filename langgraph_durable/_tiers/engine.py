@@ -4,8 +4,10 @@ It holds the `Context` every operation reads, the blocking clients (shared by al
 and the asyncio clients of each event loop (a loop's clients die with it, so successive
 ``asyncio.run`` calls keep working), probes the hot tier when its breaker says so, answers
 the requests that ask the operating system (`OwnerGone`), and keeps the leases of the tool
-calls running in this process. `DurableSaver`, `Ledger`, the flusher, `DurableTool` and the
-CLI all run operations through ``saver.engine``.
+calls running in this process. In a child made by ``fork()`` it renews itself before the
+child runs anything: clients, heartbeats and locks of the child's own (`Engine._forked`).
+`DurableSaver`, `Ledger`, the flusher, `DurableTool` and the CLI all run operations through
+``saver.engine``.
 """
 
 from __future__ import annotations
