@@ -340,7 +340,7 @@ def _tiers(hot: bool | None, cold: bool) -> Text:
 
 def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
     """Tool calls of a thread: status, attempts, times, outcome; below the table, the keys
-    of calls still to settle (``saver.ledger.resolve`` takes them)."""
+    of calls still to settle (``langgraph-durable resolve`` takes them)."""
     table = Table(title=Text(title), title_justify="left")
     table.add_column("tool", style="cyan", overflow="fold")
     table.add_column("call", style="dim", max_width=24, overflow="fold")
@@ -363,8 +363,9 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
             unsettled.append(f"  {rec.tool} ({rec.status}): {rec.key}")
     if not unsettled:
         return table
-    return Group(table, Text("calls not settled (saver.ledger.resolve(key, 'succeeded' | "
-                             "'failed' | 'retry')):", style="yellow"), *map(Text, unsettled))
+    return Group(table, Text("calls not settled (once uncertain: `langgraph-durable resolve "
+                             "KEY succeeded|failed|retry`):", style="yellow"),
+                 *map(Text, unsettled))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -180,10 +180,12 @@ class Engine:
         return self.run(migrate.setup(self.config.schema, migrations))
 
     def thread_summaries(self, *, thread_ids: Sequence[str] | None = None,
+                         metadata: Mapping[str, Any] | None = None,
                          limit: int) -> tuple[int, list[inspection.ThreadSummary]]:
-        """The schema's thread count and a page of per-thread summaries (Postgres only)."""
-        return self.run(inspection.thread_summaries(self.config.schema,
-                                                    thread_ids=thread_ids, limit=limit))
+        """The schema's thread count and a page of per-thread summaries (Postgres only);
+        ``metadata`` keeps the threads with a checkpoint whose metadata contains it."""
+        return self.run(inspection.thread_summaries(
+            self.config.schema, thread_ids=thread_ids, metadata=metadata, limit=limit))
 
     def checkpoint_sizes(self, thread_id: str, *, checkpoint_ns: str | None,
                          limit: int | None) -> list[inspection.CheckpointSize]:
