@@ -16,11 +16,14 @@ from langgraph_durable import DurableSaver, durable_tool
 
 def main(schema: str, prefix: str, threads: list[str]) -> None:
     saver = DurableSaver(schema=schema, key_prefix=prefix)
+    printing = threading.Lock()  # one whole line per call, whatever the threads do
 
     @durable_tool(saver=saver)
     def wire_money(cents: int) -> str:
         """Wire money (slowly)."""
-        print("calling", flush=True)
+        with printing:
+            sys.stdout.write("calling\n")
+            sys.stdout.flush()
         time.sleep(60)
         return "sent"
 
