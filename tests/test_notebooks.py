@@ -52,6 +52,13 @@ def test_04_tiers_and_metrics() -> None:
     run("04_tiers_and_metrics")
 
 
+def test_05_multi_agent() -> None:
+    """A supervisor and two worker subgraphs, killed mid-handoff with SIGKILL: one resume
+    finishes every agent and each tracked side effect happened once; the CLI shows the
+    namespaces and each agent's tool calls."""
+    run("05_multi_agent")
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.stem for p in COMMITTED])
 def test_committed_notebook_has_its_outputs_and_names_no_machine(path: Path) -> None:
     """A reader sees results without running anything: every code cell was executed, in

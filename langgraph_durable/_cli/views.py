@@ -338,10 +338,21 @@ def _tiers(hot: bool | None, cold: bool) -> Text:
     return Text(", ".join(names) or "—", style="" if names else "dim")
 
 
+def subgraph_path(checkpoint_ns: str) -> str:
+    """A namespace's subgraph nodes without their task ids: ``"booker:1f0…|pay:9a2…"`` is
+    ``"booker / pay"`` (``""`` for the root graph)."""
+    return " / ".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part)
+
+
 def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
-    """Tool calls of a thread: status, attempts, times, outcome; below the table, the keys
-    of calls still to settle (``langgraph-durable resolve`` takes them)."""
+    """Tool calls of a thread: status, attempts, times, outcome (and, when some ran inside
+    subgraphs, which); below the table, the keys of calls still to settle
+    (``langgraph-durable resolve`` takes them)."""
+    records = list(records)
+    agents = any(rec.checkpoint_ns for rec in records)  # calls made inside subgraphs
     table = Table(title=Text(title), title_justify="left")
+    if agents:
+        table.add_column("subgraph", style="magenta", overflow="fold")
     table.add_column("tool", style="cyan", overflow="fold")
     table.add_column("call", style="dim", max_width=24, overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -354,6 +365,7 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
         outcome = rec.error or rec.result
         outcome = getattr(outcome, "content", outcome)  # a recorded ToolMessage
         table.add_row(
+            *([Text(subgraph_path(rec.checkpoint_ns) or "(root)")] if agents else []),
             Text(rec.tool), Text(rec.tool_call_id or rec.task_id or "—"),
             Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")), str(rec.attempts),
             when(rec.started_at, short=True), when(rec.finished_at, short=True),
