@@ -141,6 +141,35 @@ def test_ledger_keeps_every_column(cli80: Callable[..., Result], saver: DurableS
     assert row[6].startswith("chargedorderA-1;receiptrcpt-xxx")  # words wrapped
 
 
+def test_ledger_of_subgraph_calls_names_the_subgraph(cli80: Callable[..., Result],
+                                                     saver: DurableSaver) -> None:
+    """A call a durable tool made inside a subgraph (a worker agent) says, under the tool's
+    name, which subgraph made it (its node name, without the task id); every column stays."""
+
+    @durable_tool(saver=saver)
+    def hold_seat(flight: str) -> str:
+        """Hold a seat."""
+        return f"seat held on {flight}"
+
+    worker = StateGraph(MessagesState)
+    worker.add_node("tools", ToolNode([hold_seat]))
+    worker.add_edge(START, "tools")
+    builder = StateGraph(MessagesState)
+    builder.add_node("researcher", worker.compile())
+    builder.add_edge(START, "researcher")
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    call = {"name": "hold_seat", "args": {"flight": "LH 454"}, "id": "call_seat",
+            "type": "tool_call"}
+    builder.compile(checkpointer=saver).invoke(
+        {"messages": [AIMessage("", tool_calls=[call])]}, {"configurable": {"thread_id": thread}})
+    headers, rows = table(cli80("ledger", thread).stdout, key=2)
+    assert headers == ["tool", "call", "status", "attempts", "started", "finished",
+                       "result / error"]
+    (row,) = rows
+    assert row[0] == "hold_seatinresearcher"  # "hold_seat", then "in researcher" below it
+    assert row[1:4] == ["call_seat", "succeeded", "1"]
+
+
 def test_the_demos_history_fits_80_columns_with_its_note() -> None:
     """The demo's compact history (with the 'resumed from' note) in an 80-column console
     keeps step, checkpoint, source, time, bytes and the note."""

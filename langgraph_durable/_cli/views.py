@@ -345,14 +345,10 @@ def subgraph_path(checkpoint_ns: str) -> str:
 
 
 def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
-    """Tool calls of a thread: status, attempts, times, outcome (and, when some ran inside
-    subgraphs, which); below the table, the keys of calls still to settle
-    (``langgraph-durable resolve`` takes them)."""
-    records = list(records)
-    agents = any(rec.checkpoint_ns for rec in records)  # calls made inside subgraphs
+    """Tool calls of a thread: status, attempts, times, outcome, and under the tool's name
+    the subgraph that made a call inside one; below the table, the keys of calls still to
+    settle (``langgraph-durable resolve`` takes them)."""
     table = Table(title=Text(title), title_justify="left")
-    if agents:
-        table.add_column("subgraph", style="magenta", overflow="fold")
     table.add_column("tool", style="cyan", overflow="fold")
     table.add_column("call", style="dim", max_width=24, overflow="fold")
     table.add_column("status", no_wrap=True)
@@ -364,9 +360,11 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
     for rec in records:
         outcome = rec.error or rec.result
         outcome = getattr(outcome, "content", outcome)  # a recorded ToolMessage
+        tool = Text(rec.tool)
+        if rec.checkpoint_ns:  # made inside a subgraph (a worker agent): say which
+            tool.append(f"\nin {subgraph_path(rec.checkpoint_ns)}", style="magenta")
         table.add_row(
-            *([Text(subgraph_path(rec.checkpoint_ns) or "(root)")] if agents else []),
-            Text(rec.tool), Text(rec.tool_call_id or rec.task_id or "—"),
+            tool, Text(rec.tool_call_id or rec.task_id or "—"),
             Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")), str(rec.attempts),
             when(rec.started_at, short=True), when(rec.finished_at, short=True),
             Text(clip("" if outcome is None else str(outcome), 80)),
