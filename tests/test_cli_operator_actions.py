@@ -246,9 +246,12 @@ def test_fork_does_not_repeat_a_recorded_tool_call(cli: Callable[..., Result],
 
 
 def test_fork_refuses_an_existing_target_and_an_unknown_checkpoint(
-        cli: Callable[..., Result], saver: DurableSaver) -> None:
-    """A --to thread that has checkpoints, or a checkpoint the thread does not have, exits 1
-    with one error line; --to naming the source itself exits 2. Nothing is written."""
+        cli: Callable[..., Result], saver: DurableSaver,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --to thread that has checkpoints (written behind: in Redis only), or a checkpoint
+    the thread does not have, exits 1 with one error line; --to naming the source itself
+    exits 2. Nothing is written."""
+    monkeypatch.setattr(saver, "_start_flusher", lambda: None)  # behind: stay in Redis
     graph = chat_graph(saver)
     first, second = (f"t-{uuid.uuid4().hex[:6]}" for _ in range(2))
     for thread in (first, second):

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+
 from langgraph_durable._core.ledger import LedgerRecord, Outcome
 from langgraph_durable.errors import ConfigurationError, DurableError, ToolCallError
 from langgraph_durable.saver import DurableSaver
@@ -91,7 +93,9 @@ def fork(saver: DurableSaver, source: str, checkpoint_id: str, target: str | Non
     target = target or f"{source}-fork-{uuid.uuid4().hex[:8]}"
     if target == source:
         raise ConfigurationError("--to must name a new thread, not the one forked")
-    if next(iter(saver.list({"configurable": {"thread_id": target}}, limit=1)), None):
+    config: RunnableConfig = {"configurable": {"thread_id": target}}
+    # get_tuple reads Redis first: it sees a root checkpoint written behind, not flushed yet
+    if saver.get_tuple(config) or next(iter(saver.list(config, limit=1)), None):
         raise Refused(f"thread {target!r} already has checkpoints; give --to a new thread id")
     saver.copy_thread(source, target, up_to=checkpoint_id)
     _, summaries = saver.engine.thread_summaries(thread_ids=[target], limit=1)
