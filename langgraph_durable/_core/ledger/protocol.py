@@ -382,9 +382,9 @@ def _settle(ctx: Context, spec: CallSpec, seen: Seen) -> CallOp[tuple[Any] | Non
             raise ToolOutcomeUncertainError(
                 f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) was interrupted "
                 f"mid-call by a crash (attempt {record.attempts}, owner {record.lease_owner}); "
-                "whether its effect happened is unknown. Settle it with saver.ledger.resolve("
-                "key, 'succeeded' | 'failed' | 'retry') or give the tool verify= / "
-                "idempotent=True / on_uncertain='interrupt'",
+                "whether its effect happened is unknown. Settle it with `langgraph-durable "
+                f"resolve {spec.key} succeeded|failed|retry` (or saver.ledger.resolve) or give "
+                "the tool verify= / idempotent=True / on_uncertain='interrupt'",
                 key=spec.key,
             )
         if spec.policy.on_uncertain == "retry":
