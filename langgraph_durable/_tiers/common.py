@@ -3,6 +3,7 @@ signature of the callback that answers requests that are not storage requests.""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,6 +17,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from langgraph_durable._core import lua
+from langgraph_durable._core.requests import Hot
 from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -48,6 +50,32 @@ SCRIPTS = {
     "dead_letters": lua.DEAD_LETTERS_SCRIPT,
     "dead_letter": lua.DEAD_LETTER_SCRIPT,
 }
+
+
+class Scripts:
+    """How the drivers call the Lua scripts: a script's first call in the process sends its
+    source (``EVAL``, which also caches it in Redis), later calls its SHA1 (``EVALSHA``); a
+    server that lost its script cache (restarted, ``SCRIPT FLUSH``) answers ``NOSCRIPT`` and
+    gets the source again. One round trip per call, none spent on ``SCRIPT LOAD``."""
+
+    def __init__(self) -> None:
+        self._sha = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
+        self._sent: set[str] = set()
+
+    def command(self, request: Hot, *, source: bool = False) -> tuple[Any, ...]:
+        """The command that runs ``request``'s script (with its source when ``source`` or
+        not sent yet)."""
+        name = request.script
+        if source or name not in self._sent:
+            head: tuple[Any, ...] = ("EVAL", SCRIPTS[name])
+        else:
+            head = ("EVALSHA", self._sha[name])
+        return (*head, len(request.keys), *request.keys, *request.args)
+
+    def sent(self, request: Hot) -> None:
+        """Record that Redis holds ``request``'s script."""
+        self._sent.add(request.script)
+
 
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
