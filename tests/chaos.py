@@ -2,7 +2,7 @@
 
     python -m tests.chaos --kills 200 [--seed N]
 
-Runs rounds of three worker processes (`tests.chaos_worker`: a counter loop and a
+Runs rounds of three (``--workers``) worker processes (`tests.chaos_worker`: a counter loop and a
 supervisor handing work to parallel worker-agent subgraphs with a durable tool), in both
 write modes, on three private ``redis-server`` instances (AOF ``appendfsync always``,
 ``everysec``, none) and the shared Postgres reached through a TCP proxy. In a round the
@@ -124,8 +124,9 @@ def _fmt(counter: Counter[str]) -> str:
 class Chaos:
     """The servers, proxy and savers of one chaos run."""
 
-    def __init__(self, workdir: Path, seed: int) -> None:
+    def __init__(self, workdir: Path, seed: int, workers: int) -> None:
         self.workdir = workdir
+        self.workers = workers
         self.rng = random.Random(seed)
         tag = uuid.uuid4().hex[:8]
         self.schema, self.prefix = f"lgdt_chaos_{tag}", f"lgdt-chaos-{tag}"
@@ -169,7 +170,7 @@ class Chaos:
     def round(self, number: int) -> None:
         mode, fault, kind = SCHEDULE[number % len(SCHEDULE)]
         runs = []
-        for i in range(WORKERS_PER_ROUND):
+        for i in range(self.workers):
             workload = "supervisor" if (number + i) % 3 == 0 else "counter"
             run_ = Run(thread_id=f"chaos-{number}-{i}-{workload}-{uuid.uuid4().hex[:6]}",
                        workload=workload, mode=mode, redis_kind=kind,
@@ -353,12 +354,13 @@ def _line(saver: DurableSaver, thread_id: str, head_id: str) -> list[str]:
     return line
 
 
-def soak(kills: int, seed: int = 0, log: Path | None = None) -> Tally:
+def soak(kills: int, seed: int = 0, log: Path | None = None,
+         workers: int = WORKERS_PER_ROUND) -> Tally:
     """Rounds until half of ``kills`` workers were SIGKILLed in each write mode (and the
     first four rounds' faults ran: a Redis restart and a Postgres cut in each mode)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lgd-chaos-") as tmp, \
-            Chaos(Path(tmp), seed) as chaos:
+            Chaos(Path(tmp), seed, workers) as chaos:
         chaos.log = log.open("w", buffering=1) if log else None
         number = 0
         while min(chaos.tally.kills[m] for m in MODES) * 2 < kills or number < 4:
@@ -374,10 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=WORKERS_PER_ROUND,
+                        help="worker processes per round")
     parser.add_argument("--log", type=Path, help="write one line per thread: how its "
                         "worker ended, where it resumed and why")
     args = parser.parse_args(argv)
-    tally = soak(args.kills, args.seed, args.log)
+    tally = soak(args.kills, args.seed, args.log, args.workers)
     print(tally.table())
     return 1 if tally.violations else 0
 

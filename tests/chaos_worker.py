@@ -75,10 +75,12 @@ def ship_tool(saver: DurableSaver, schema: str, outside_url: str,
                          "ON CONFLICT (idem_key) DO NOTHING", (key, thread_id, item))
         return f"shipped {item}"
 
-    def shipped(key: str, args: dict[str, Any]) -> bool:
+    def shipped(key: str, args: dict[str, Any]) -> tuple[str, str] | bool:
+        """After a crash mid-call: whether the shipment happened, with its receipt."""
         with psycopg.connect(outside_url) as conn:
-            return conn.execute(f'SELECT 1 FROM "{schema}".chaos_shipments '
-                                "WHERE idem_key = %s", (key,)).fetchone() is not None
+            found = conn.execute(f'SELECT 1 FROM "{schema}".chaos_shipments '
+                                 "WHERE idem_key = %s", (key,)).fetchone() is not None
+        return ("succeeded", f"shipped {args['item']}") if found else False
 
     return durable_tool(ship, saver=saver, verify=shipped, lease=TOOL_LEASE,
                         wait=TOOL_LEASE * 10, key=lambda args: f"{thread_id}/{args['item']}")

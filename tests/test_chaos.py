@@ -10,10 +10,11 @@ KILLS = 12
 
 
 def test_kills_and_faults_lose_nothing_acknowledged_and_repeat_no_effect() -> None:
-    """12 SIGKILLs (6 per write mode), a Redis restart and a Postgres cut in each mode: no
-    acknowledged checkpoint is lost, no side effect of the supervisor's worker agents runs
-    twice, every thread resumes to its end, and every resume has a known explanation."""
-    tally = soak(KILLS, seed=7)
+    """12 SIGKILLs (6 per write mode, four workers a round), a Redis restart and a Postgres
+    cut in each mode: no acknowledged checkpoint is lost, no side effect of the supervisor's
+    worker agents runs twice, every thread resumes to its end, and every resume has a known
+    explanation."""
+    tally = soak(KILLS, seed=7, workers=4)
     report = tally.table()
     assert tally.violations == [], report
     assert all(tally.kills[mode] * 2 >= KILLS for mode in MODES), report
