@@ -208,6 +208,8 @@ class Chaos:
                 self.tally.kills[mode] += 1
             self.tally.exits[r.exit.split(" (")[0] + (f" ({r.error})" if r.error else "")] += 1
             self.tally.threads[f"{r.workload} {mode}"] += 1
+        if mode == "behind":  # every acknowledged entry to Postgres before the checks
+            self.savers[kind, mode].flush(timeout=60)
         for r in runs:
             self._check(r)
             if self.log is not None:
@@ -257,8 +259,6 @@ class Chaos:
 
     def _check(self, r: Run) -> None:
         saver = self.savers[r.redis_kind, r.mode]
-        if r.mode == "behind":
-            saver.flush(timeout=60)
         self.tally.acknowledged += len(r.acks)
         lost = set(r.acks) - self._stored(r.thread_id)
         if lost:
