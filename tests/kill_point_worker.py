@@ -81,6 +81,14 @@ def open_saver(kind: str, schema: str, prefix: str,
     return saver  # type: ignore[no-any-return]
 
 
+def close_saver(saver: BaseCheckpointSaver[Any]) -> None:
+    """Close a saver `open_saver` returned (PostgresSaver: its connection)."""
+    if isinstance(saver, DurableSaver):
+        saver.close()
+    else:
+        saver.conn.close()  # type: ignore[attr-defined]
+
+
 def _killing(base: type[Any], point: KillPoint) -> type[Any]:
     class Killing(base):  # type: ignore[valid-type, misc]
         def put(self, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
