@@ -50,7 +50,7 @@ def _contents(out: dict[str, Any]) -> list[str]:
 
 # The second turn's checkpoints: step 4 is its input (task __start__), 5 runs plan. The
 # kill after the input step's writes is the next test's.
-@pytest.mark.parametrize("step,when", [(4, "before"), (5, "after")])
+@pytest.mark.parametrize("step,when", [(4, "before"), (5, "before"), (5, "after")])
 def test_a_killed_turn_resumes_as_with_postgres_saver(
     namespace: tuple[str, str], step: int, when: str
 ) -> None:
