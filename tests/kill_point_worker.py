@@ -75,8 +75,9 @@ def open_saver(kind: str, schema: str, prefix: str,
         saver = _killing(PostgresSaver, point)(conn) if point else PostgresSaver(conn)  # type: ignore[arg-type]
     else:
         cls = _killing(DurableSaver, point) if point else DurableSaver
+        # A killed worker's flusher may hold journal entries: reclaim them after 1 s.
         saver = cls(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
-                    write_mode=kind)
+                    write_mode=kind, reclaim_after=1.0)
     saver.setup()
     return saver  # type: ignore[no-any-return]
 
