@@ -19,11 +19,18 @@ test: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
-# The simulation soak: SEEDS seeded interleavings with faults per write mode (`make test`
-# runs the default 1000 per mode). A failure prints the command that replays its seed.
+# The soaks. The simulation: SEEDS seeded interleavings with faults per write mode (`make
+# test` runs the default 1000 per mode); a failure prints the command that replays its seed.
+# Real-process chaos: KILLS SIGKILLed agent processes across both write modes, with Redis
+# killed and restarted and Postgres cut (`make test` runs 12); RESUME_LOG gets one line per
+# thread saying where it resumed and why.
 SEEDS ?= 20000
+KILLS ?= 200
+CHAOS_SEED ?= 1
+RESUME_LOG ?= chaos-resumes.log
 chaos: $(STAMP)
 	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
+	$(PY) -m tests.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
 
 lint: $(STAMP)
 	$(PY) -m ruff check langgraph_durable tests benchmarks
