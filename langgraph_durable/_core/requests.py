@@ -18,6 +18,7 @@ T = TypeVar("T")
 ScriptName = Literal[
     "get",
     "intent",
+    "fence",
     "put",
     "put_writes",
     "warm",

@@ -231,7 +231,7 @@ WITH head AS (
         SELECT 1 FROM {schema}.lgd_heads x
         WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-        head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
+        head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
     WHERE NOT %(cas)s OR h.head = %(parent_id)s OR h.head = EXCLUDED.head
        OR (h.head IS NULL AND %(parent_id)s::text IS NULL)
     RETURNING h.version, h.head
@@ -276,7 +276,8 @@ WITH bump AS (
     VALUES (%(thread_id)s, %(checkpoint_ns)s, """
     + _NEXT_VERSION
     + """)
-    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = EXCLUDED.version
+    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
+        version = EXCLUDED.version, written_at = now()
     RETURNING h.version
 ), special AS (
     INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
@@ -335,7 +336,7 @@ SELECT x.t, x.n, x.head, """
     + """
 FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(heads)b::text[]) AS x(t, n, head)
 ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-    head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
+    head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
 RETURNING h.thread_id, h.checkpoint_ns, h.version
 """
 )
@@ -454,6 +455,7 @@ ON CONFLICT DO NOTHING
 # %(thread_ids)s
 PRUNE_SCAN_SQL = """
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+       extract(epoch FROM now() - c.created_at)::float8 AS age,
        c.metadata -> 'counters_since_delta_snapshot' AS counters,
        ARRAY(SELECT v.key FROM jsonb_each_text(c.channel_versions) v
              CROSS JOIN LATERAL (
@@ -486,23 +488,31 @@ WITH keep AS (
       AND NOT EXISTS (SELECT 1 FROM keep WHERE keep.thread_id = c.thread_id
                       AND keep.checkpoint_ns = c.checkpoint_ns
                       AND keep.checkpoint_id = c.checkpoint_id)
-    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id
+    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id, octet_length(c.checkpoint) AS n
 ), gone_writes AS (
     DELETE FROM {schema}.lgd_writes w USING gone
     WHERE w.thread_id = gone.thread_id AND w.checkpoint_ns = gone.checkpoint_ns
       AND w.checkpoint_id = gone.checkpoint_id
+    RETURNING octet_length(w.blob) AS n
 )
-SELECT count(*) FROM gone
+SELECT (SELECT count(*) FROM gone) AS checkpoints, (SELECT count(*) FROM gone_writes) AS writes,
+       (SELECT coalesce(sum(n), 0) FROM gone) + (SELECT coalesce(sum(n), 0) FROM gone_writes)
+       AS bytes
 """
 
-# Blobs of the given threads that no remaining checkpoint refers to. %(thread_ids)s
+# Blobs of the given threads that no remaining checkpoint refers to; returns how many and
+# their bytes. %(thread_ids)s
 DELETE_ORPHAN_BLOBS_SQL = """
-DELETE FROM {schema}.lgd_blobs b
-WHERE b.thread_id = ANY(%(thread_ids)s)
-  AND NOT EXISTS (
-    SELECT 1 FROM {schema}.lgd_checkpoints c
-    WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-      AND c.channel_versions ->> b.channel = b.version)
+WITH gone AS (
+    DELETE FROM {schema}.lgd_blobs b
+    WHERE b.thread_id = ANY(%(thread_ids)s)
+      AND NOT EXISTS (
+        SELECT 1 FROM {schema}.lgd_checkpoints c
+        WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+          AND c.channel_versions ->> b.channel = b.version)
+    RETURNING octet_length(b.blob) AS n
+)
+SELECT count(*) AS blobs, coalesce(sum(n), 0) AS bytes FROM gone
 """
 
 # The parent chain above a checkpoint (excluding it), nearest first, with the channel
