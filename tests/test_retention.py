@@ -265,6 +265,54 @@ def test_a_thread_written_while_the_sweep_looks_stays(
     assert saver.sweep(Retention(max_idle=DAY)).threads_deleted == 1
 
 
+def test_a_thread_with_writes_waiting_for_a_flush_is_left_for_the_next_sweep(
+    saver: DurableSaver, namespace: tuple[str, str]
+) -> None:
+    """A thread Redis says has write-behind entries on their way to Postgres is not
+    claimed (Postgres does not hold all of it yet), whatever its age in Postgres."""
+    schema, prefix = namespace
+    thread = _thread(saver)
+    saver.flush()
+    _backdate(schema, thread, 2 * DAY)
+    client = redis.Redis.from_url(REDIS_URL)
+    unflushed = ThreadKeys(prefix, thread).unflushed
+    try:
+        client.hset(unflushed, "an entry", 1)  # as a write-behind put leaves it
+        report = saver.sweep(Retention(max_idle=DAY))
+        assert report.threads_busy >= 1
+        assert _cold_rows(schema, thread)["lgd_checkpoints"] == 3
+    finally:
+        client.delete(unflushed)
+        client.close()
+    assert saver.sweep(Retention(max_idle=DAY)).threads_deleted >= 1
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_write_behind_writes_go_through_postgres_while_a_sweep_holds_the_thread(
+    make_saver: type[DurableSaver], namespace: tuple[str, str]
+) -> None:
+    """While a sweep's claim (an intent) is on a thread, a write-behind put and put_writes
+    commit in Postgres before they return, so the sweep's row locks order them and a
+    sweep can never delete under a write still in the journal."""
+    schema, prefix = namespace
+    saver = make_saver(background_flush=False)
+    thread = _thread(saver, steps=1)
+    saver.flush()
+    client = redis.Redis.from_url(REDIS_URL)
+    intents = ThreadKeys(prefix, thread).intents
+    try:
+        client.zadd(intents, {"a-sweep": 2**50})
+        config = put_value(saver, thread, "during the sweep")
+        saver.put_writes(config, [("value", "pending")], "task-1")
+        assert _cold_rows(schema, thread)["lgd_checkpoints"] == 2
+        assert _cold_rows(schema, thread)["lgd_writes"] == 1
+    finally:
+        client.delete(intents)
+        client.close()
+    put_value(saver, thread, "after it")
+    assert _cold_rows(schema, thread)["lgd_checkpoints"] == 2  # journaled again
+
+
 def test_two_sweepers_at_once_delete_each_thread_once(
     make_saver: type[DurableSaver], namespace: tuple[str, str]
 ) -> None:
