@@ -450,6 +450,11 @@ JOIN {schema}.lgd_writes s
 ON CONFLICT DO NOTHING
 """
 
+# For the rest of a transaction that reads or deletes many rows with per-row subqueries
+# (prune's scan and delete): the planner's estimates for them (a set-returning function per
+# row) pass the JIT threshold, and compiling costs seconds where running costs milliseconds.
+NO_JIT_SQL = "SET LOCAL jit = off"
+
 # The shape of each thread's history, for prune: ids, parents, delta counters, and for
 # each channel version whether a stored value (a snapshot or a plain value) exists.
 # %(thread_ids)s
@@ -674,6 +679,7 @@ class Statements:
     head_sql: sql.Composed
     mark_hot_stale_sql: sql.Composed
     newest_mark_sql: sql.Composed
+    no_jit_sql: sql.Composed
     pending_marks_sql: sql.Composed
     prune_delete_sql: sql.Composed
     prune_scan_sql: sql.Composed

@@ -37,6 +37,7 @@ from langgraph_durable._core.writes import (
     _keep_set,
     _mutate_threads,
     _settle,
+    prune_scan,
     prune_statements,
 )
 from langgraph_durable.config import Retention, seconds
@@ -203,13 +204,6 @@ def _roots(retention: Retention) -> Any:
     return roots
 
 
-def _scan(ctx: Context, thread_ids: Sequence[str]) -> Op[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = (
-        yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": list(thread_ids)}, fetch=True)
-    )[0]
-    return rows
-
-
 def _prune(
     ctx: Context, retention: Retention, thread_ids: Sequence[str], report: SweepReport
 ) -> Op[None]:
@@ -217,11 +211,11 @@ def _prune(
     if not claimed:
         return None
     ids = list(claimed)
-    rows = yield from _guarded(ctx, claimed, _scan(ctx, ids))
+    rows = yield from _guarded(ctx, claimed, prune_scan(ctx, ids))
     results = yield from _mutate_threads(
         ctx, ids, prune_statements(ctx, ids, rows, _roots(retention)), tokens=list(claimed.values())
     )
-    gone, orphans = results[0][0], results[1][0]
+    gone, orphans = results[1][0], results[2][0]
     report.threads_pruned += len(ids)
     report.checkpoints += gone["checkpoints"]
     report.writes += gone["writes"]
@@ -234,7 +228,7 @@ def _plan_prunes(
     ctx: Context, retention: Retention, thread_ids: Sequence[str], report: SweepReport
 ) -> Op[None]:
     """Dry run: count the checkpoints a prune of the threads would delete."""
-    rows = yield from _scan(ctx, thread_ids)
+    rows = yield from prune_scan(ctx, thread_ids)
     keep = set(_keep_set(rows, _roots(retention)))
     latest: dict[tuple[str, str], str] = {}
     for row in rows:

@@ -491,9 +491,18 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
         yield from delete_threads(ctx, ids)
         return None
     yield from _settle(ctx)
-    rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids}, fetch=True))[0]
+    rows = yield from prune_scan(ctx, ids)
     yield from _mutate_threads(ctx, ids, prune_statements(ctx, ids, rows))
     return None
+
+
+def prune_scan(ctx: Context, thread_ids: Sequence[str]) -> Op[list[dict[str, Any]]]:
+    """The shape of the threads' histories that `_keep_set` walks."""
+    scan = Statement(ctx.statements.prune_scan_sql, {"thread_ids": list(thread_ids)}, fetch=True)
+    rows: list[dict[str, Any]] = (
+        yield Cold((Statement(ctx.statements.no_jit_sql, {}), scan))
+    )[1]
+    return rows
 
 
 # Which checkpoints of a namespace (id -> prune scan row) a prune keeps besides the ancestors
@@ -511,13 +520,15 @@ def prune_statements(
 ) -> list[Statement]:
     """The statements that delete what the keep-set of the scanned ``rows`` leaves out:
     checkpoints (with their writes) older than the latest the scan saw of their namespace,
-    then blobs no remaining checkpoint refers to. Each returns what it deleted."""
+    then blobs no remaining checkpoint refers to. Each but the first (a setting) returns
+    what it deleted."""
     keep = list(_keep_set(rows, roots))
     latest: dict[tuple[str, str], str] = {}  # the latest checkpoint the scan saw per namespace
     for row in rows:
         space = (row["thread_id"], row["checkpoint_ns"])
         latest[space] = max(latest.get(space, ""), row["checkpoint_id"])
     return [
+        Statement(ctx.statements.no_jit_sql, {}),
         Statement(
             ctx.statements.prune_delete_sql,
             {
