@@ -7,6 +7,7 @@ or its checkpoints (``created_at``) in Postgres, as days passing would.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ from langgraph.types import Command
 from langgraph_durable import DurableSaver, Retention, SweepReport
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable.errors import ConfigurationError
+from langgraph_durable.flusher import run_flusher
 from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, REDIS_URL, put_value
 from tests.graphs import approval_graph, delta_graph
@@ -348,6 +350,32 @@ def test_two_sweepers_at_once_delete_each_thread_once(
     assert all(r.threads_deleted for r in reports)  # both took part
     assert all(_gone_from_both_tiers(namespace, t) for t in idle)
     assert writer.get_tuple(_config(live)) is not None
+
+
+def test_the_flush_worker_sweeps_by_the_savers_policy(
+    make_saver: type[DurableSaver], namespace: tuple[str, str]
+) -> None:
+    """``flush --follow`` (run_flusher) with a saver that has a retention policy sweeps on
+    its own thread: an idle thread goes without anyone calling sweep()."""
+    schema, _ = namespace
+    writer = make_saver()
+    thread = _thread(writer)
+    writer.flush()
+    _backdate(schema, thread, 2 * DAY)
+    worker = make_saver(retention=Retention(max_idle=DAY, interval=0.2))
+    stop = threading.Event()
+    runner = threading.Thread(target=run_flusher, args=(worker,),
+                              kwargs={"follow": True, "stop": stop})
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while _cold_rows(schema, thread)["lgd_checkpoints"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+    assert _gone_from_both_tiers(namespace, thread)
+    assert worker.health()["retention"]["sweeps"] >= 1
 
 
 async def test_asweep_is_the_async_twin(
