@@ -16,7 +16,7 @@ what compression does to a large state.
    with ``compress_above=0`` and one with the default: Postgres bytes per step (schema size
    growth), Redis bytes per step (``MEMORY USAGE`` of the prefix) and put p50/p99.
    Messages are words drawn from a 2,000-word vocabulary, which zstd shrinks about as much
-   as English text.
+   as English text. LangGraph's ``PostgresSaver`` runs the same puts for reference.
 
 Everything runs in private schemas and key prefixes, removed at the end.
 """
@@ -36,6 +36,8 @@ from typing import Any
 import psycopg
 import redis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
 
 from benchmarks.workloads import CheckpointChain
 from langgraph_durable import DurableSaver, Retention
@@ -212,21 +214,36 @@ def _redis_bytes(prefix: str) -> int:
         client.close()
 
 
+def _postgres_saver(schema: str) -> tuple[PostgresSaver, psycopg.Connection[Any]]:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    conn = psycopg.connect(POSTGRES_URL, autocommit=True, prepare_threshold=0,
+                           row_factory=dict_row, options=f"-c search_path={schema}")
+    saver = PostgresSaver(conn)  # type: ignore[arg-type]
+    saver.setup()
+    return saver, conn  # type: ignore[return-value]
+
+
 def compression_section(messages: int, rounds: int) -> None:
     run = uuid.uuid4().hex[:8]
-    variants = {"compress_above=0 (off)": 0, "compress_above=4096 (default)": 4096}
+    variants = {"compress_above=0 (off)": 0, "compress_above=4096 (default)": 4096,
+                "PostgresSaver (reference)": -1}
     names = {label: (f"lgdbench_zstd_{run}_{i}", f"lgdbench.zstd.{run}.{i}")
              for i, label in enumerate(variants)}
-    savers: dict[str, DurableSaver] = {}
+    savers: dict[str, Any] = {}
+    connection = None
     try:
         chains = {}
         base = _messages(messages, random.Random(3))
         for label, threshold in variants.items():
             schema, prefix = names[label]
-            saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
-                                 compress_above=threshold, hot_checkpoints=0)
-            saver.setup()
-            savers[label] = saver
+            if threshold < 0:
+                saver, connection = _postgres_saver(schema)
+            else:
+                saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                                     compress_above=threshold, hot_checkpoints=0)
+                saver.setup()
+                savers[label] = saver
             chains[label] = CheckpointChain(saver, "large", base)
             chains[label].extend(3)  # warm-up
         start_bytes = {label: (_schema_bytes(names[label][0]), _redis_bytes(names[label][1]))
@@ -241,8 +258,9 @@ def compression_section(messages: int, rounds: int) -> None:
                                          args.new_versions)
                 samples[label].append(time.perf_counter() - started)
                 chain.commit(args, stored)
-        print(f"\n## compression: {messages}-message thread, {rounds} puts each"
-              " (write-through, every put stores the whole messages channel)")
+        size = len(_messages_bytes(base))
+        print(f"\n## compression: {messages}-message thread ({size / 1024:.0f} KiB serialized),"
+              f" {rounds} puts each (write-through; each put stores the whole messages channel)")
         for label in variants:
             schema, prefix = names[label]
             cold = (_schema_bytes(schema) - start_bytes[label][0]) / rounds
@@ -252,8 +270,16 @@ def compression_section(messages: int, rounds: int) -> None:
     finally:
         for saver in savers.values():
             saver.close()
+        if connection is not None:
+            connection.close()
         for schema, prefix in names.values():
             _drop(schema, prefix)
+
+
+def _messages_bytes(messages: list[AnyMessage]) -> bytes:
+    from langgraph_durable._core.strict import StrictSerializer
+
+    return StrictSerializer().dumps_typed(messages)[1]
 
 
 def main() -> None:
