@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from langgraph_durable._core.context import Context, SweepReport
-from langgraph_durable._core.hot import drop, try_hot
+from langgraph_durable._core.hot import drop_many, try_hot
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.requests import Cold, Hot, Op, Statement
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable._core.sweep_sql import statements
 from langgraph_durable._core.writes import (
     _keep_set,
@@ -114,29 +114,29 @@ def _secs(value: Any) -> float | None:
 
 
 def _claim(ctx: Context, thread_ids: Sequence[str], report: SweepReport) -> Op[dict[str, str]]:
-    """Claim each thread in Redis; returns the claimed ones with their tokens."""
-    claimed: dict[str, str] = {}
-    now_ms = int(time.time() * 1000)
-    for thread_id in thread_ids:
+    """Claim each thread in Redis (one round trip); returns the claimed ones with their
+    tokens."""
+    now_ms, deadline = int(time.time() * 1000), ctx.deadline_ms
+    tokens = {thread_id: secrets.token_hex(16) for thread_id in thread_ids}
+    fences = []
+    for thread_id, token in tokens.items():
         keys = ThreadKeys(ctx.config.key_prefix, thread_id)
-        token = secrets.token_hex(16)
-        got = yield from try_hot(
-            ctx, Hot("fence", [keys.intents, keys.unflushed], [token, ctx.deadline_ms, now_ms])
-        )
-        if got is None:
-            yield from _release(ctx, claimed)
-            raise _needs_redis()
-        if int(got):
-            claimed[thread_id] = token
-        else:
-            report.threads_busy += 1
+        fences.append(Hot("fence", [keys.intents, keys.unflushed], [token, deadline, now_ms]))
+    got = yield from try_hot(ctx, HotBatch(tuple(fences)))
+    if got is None:  # some may have been taken: they expire with the deadline
+        raise _needs_redis()
+    claimed = {t: tok for (t, tok), ok in zip(tokens.items(), got, strict=True) if int(ok)}
+    report.threads_busy += len(tokens) - len(claimed)
     return claimed
 
 
 def _release(ctx: Context, claimed: dict[str, str]) -> Op[None]:
-    for thread_id, token in claimed.items():
-        keys = ThreadKeys(ctx.config.key_prefix, thread_id)
-        yield from try_hot(ctx, Hot("release", [keys.intents], [token]))
+    if claimed:
+        releases = tuple(
+            Hot("release", [ThreadKeys(ctx.config.key_prefix, t).intents], [token])
+            for t, token in claimed.items()
+        )
+        yield from try_hot(ctx, HotBatch(releases))
     return None
 
 
@@ -177,9 +177,8 @@ def _delete_idle(
     report.blobs += row["blobs"]
     report.ledger += row["ledger"]
     report.bytes += int(row["bytes"])
-    for thread_id in deleted:
-        keys = ThreadKeys(ctx.config.key_prefix, thread_id)
-        yield from drop(ctx, keys, claimed.pop(thread_id), tombstone)
+    dropped = [(ThreadKeys(ctx.config.key_prefix, t), claimed.pop(t)) for t in deleted]
+    yield from drop_many(ctx, dropped, tombstone)
     yield from _release(ctx, claimed)  # those written since the batch looked
     return None
 

@@ -12,7 +12,7 @@ import psycopg.errors
 import redis.asyncio as redis
 
 from langgraph_durable._core.context import Latencies
-from langgraph_durable._core.requests import Cold, Hot, Pause
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -63,7 +63,7 @@ class Tiers:
 
     async def execute(self, request: Any, effects: AsyncEffects) -> Any:
         started = time.perf_counter()
-        if isinstance(request, Hot):
+        if isinstance(request, (Hot, HotBatch)):
             result = await self.hot(request)
         elif isinstance(request, Cold):
             result = await self.cold(request)
@@ -71,13 +71,18 @@ class Tiers:
             return await asyncio.sleep(request.seconds)
         else:
             return await effects(request)
-        self.latencies.record("hot" if isinstance(request, Hot) else "cold",
+        self.latencies.record("cold" if isinstance(request, Cold) else "hot",
                               time.perf_counter() - started)
         return result
 
-    async def hot(self, request: Hot) -> Any:
+    async def hot(self, request: Hot | HotBatch) -> Any:
         try:
-            return await self.scripts[request.script](keys=request.keys, args=request.args)
+            if isinstance(request, Hot):
+                return await self.scripts[request.script](keys=request.keys, args=request.args)
+            pipe = self.redis.pipeline(transaction=False)
+            for each in request.requests:
+                await self.scripts[each.script](keys=each.keys, args=each.args, client=pipe)
+            return await pipe.execute()
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
 

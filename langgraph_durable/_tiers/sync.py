@@ -12,7 +12,7 @@ import psycopg_pool
 import redis
 
 from langgraph_durable._core.context import Latencies
-from langgraph_durable._core.requests import Cold, Hot, Pause
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -62,7 +62,7 @@ class Tiers:
 
     def execute(self, request: Any, effects: Effects) -> Any:
         started = time.perf_counter()
-        if isinstance(request, Hot):
+        if isinstance(request, (Hot, HotBatch)):
             result = self.hot(request)
         elif isinstance(request, Cold):
             result = self.cold(request)
@@ -70,13 +70,18 @@ class Tiers:
             return time.sleep(request.seconds)
         else:
             return effects(request)
-        self.latencies.record("hot" if isinstance(request, Hot) else "cold",
+        self.latencies.record("cold" if isinstance(request, Cold) else "hot",
                               time.perf_counter() - started)
         return result
 
-    def hot(self, request: Hot) -> Any:
+    def hot(self, request: Hot | HotBatch) -> Any:
         try:
-            return self.scripts[request.script](keys=request.keys, args=request.args)
+            if isinstance(request, Hot):
+                return self.scripts[request.script](keys=request.keys, args=request.args)
+            pipe = self.redis.pipeline(transaction=False)
+            for each in request.requests:
+                self.scripts[each.script](keys=each.keys, args=each.args, client=pipe)
+            return pipe.execute()
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
 
