@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
 
 from langgraph_durable import DurableSaver, Retention, SweepReport
@@ -313,6 +314,51 @@ def test_write_behind_writes_go_through_postgres_while_a_sweep_holds_the_thread(
         client.close()
     put_value(saver, thread, "after it")
     assert _cold_rows(schema, thread)["lgd_checkpoints"] == 2  # journaled again
+
+
+def _extend(saver: DurableSaver, config: dict[str, Any], step: int) -> dict[str, Any]:
+    """Put the next checkpoint of a run: it must extend the head ``config`` read."""
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": step}
+    checkpoint["channel_versions"] = {"value": version}
+    return saver.put(config, checkpoint, {"source": "loop", "step": step},  # type: ignore[arg-type,return-value,typeddict-item]
+                     {"value": version})
+
+
+def test_sweeps_pruning_live_threads_never_set_a_head_back(
+    make_saver: type[DurableSaver],
+) -> None:
+    """Writers extend their threads' heads while keep_last sweeps prune the same threads
+    again and again: no writer is told its head moved (a prune that rebuilt a head from
+    before a concurrent commit would set it back), and each thread ends at its last put."""
+    policy = Retention(keep_last=1)
+    writers = [make_saver() for _ in range(3)]
+    sweeper = make_saver()
+    errors: list[BaseException] = []
+    last: dict[str, str] = {}
+
+    def write(saver: DurableSaver) -> None:
+        thread_id = f"t-{uuid.uuid4()}"
+        config: dict[str, Any] = _config(thread_id)
+        try:
+            for step in range(60):
+                config = _extend(saver, config, step)
+            last[thread_id] = config["configurable"]["checkpoint_id"]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in writers]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        sweeper.sweep(policy)
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    for thread_id, head in last.items():
+        tup = sweeper.get_tuple(_config(thread_id))
+        assert tup is not None and tup.config["configurable"]["checkpoint_id"] == head
 
 
 def test_two_sweepers_at_once_delete_each_thread_once(

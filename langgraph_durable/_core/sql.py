@@ -455,6 +455,16 @@ ON CONFLICT DO NOTHING
 # row) pass the JIT threshold, and compiling costs seconds where running costs milliseconds.
 NO_JIT_SQL = "SET LOCAL jit = off"
 
+# First in a prune's transaction: the threads' head rows, locked in one order. A write in
+# flight on one of them finishes first (and the rebuilt heads then see its checkpoint); a
+# later one waits for the prune to commit. Without it, a write that commits while the
+# heads are rebuilt would have its head set back to the checkpoint before it.
+# %(thread_ids)s
+LOCK_HEADS_SQL = """
+SELECT 1 FROM {schema}.lgd_heads WHERE thread_id = ANY(%(thread_ids)s)
+ORDER BY thread_id, checkpoint_ns FOR UPDATE
+"""
+
 # The shape of each thread's history, for prune: ids, parents, delta counters, and for
 # each channel version whether a stored value (a snapshot or a plain value) exists.
 # %(thread_ids)s
@@ -677,6 +687,7 @@ class Statements:
     get_by_id_sql: sql.Composed
     get_latest_sql: sql.Composed
     head_sql: sql.Composed
+    lock_heads_sql: sql.Composed
     mark_hot_stale_sql: sql.Composed
     newest_mark_sql: sql.Composed
     no_jit_sql: sql.Composed

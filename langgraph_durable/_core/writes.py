@@ -520,8 +520,8 @@ def prune_statements(
 ) -> list[Statement]:
     """The statements that delete what the keep-set of the scanned ``rows`` leaves out:
     checkpoints (with their writes) older than the latest the scan saw of their namespace,
-    then blobs no remaining checkpoint refers to. Each but the first (a setting) returns
-    what it deleted."""
+    then blobs no remaining checkpoint refers to, after locking the threads' head rows.
+    The last two return what they deleted."""
     keep = list(_keep_set(rows, roots))
     latest: dict[tuple[str, str], str] = {}  # the latest checkpoint the scan saw per namespace
     for row in rows:
@@ -529,6 +529,7 @@ def prune_statements(
         latest[space] = max(latest.get(space, ""), row["checkpoint_id"])
     return [
         Statement(ctx.statements.no_jit_sql, {}),
+        Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(ids)}),
         Statement(
             ctx.statements.prune_delete_sql,
             {
