@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-embedded
 
-.PHONY: test chaos lint typecheck bench demo clean
+.PHONY: test chaos lint typecheck bench demo notebooks clean
 
 # $(VENV)/.installed-EXTRA: the package and its EXTRA installed; redone when pyproject changes.
 $(VENV)/.installed-%: pyproject.toml
@@ -31,6 +31,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+# Re-execute the notebooks against the LGD_* servers (else the local ones) and store their
+# outputs, machine paths and host names replaced by placeholders.
+notebooks: $(STAMP)
+	$(PY) -m tests.notebook_runner
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/langgraph-durable demo

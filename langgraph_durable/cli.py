@@ -3,11 +3,13 @@
 Look at what a `DurableSaver` stored, check the servers, run the crash-and-resume demo::
 
     langgraph-durable doctor                      # servers, versions, persistence, schema
-    langgraph-durable threads                     # every thread, hot and cold
+    langgraph-durable threads [--where K=V]       # every thread (or those whose metadata match)
     langgraph-durable history THREAD              # its checkpoints, newest first
     langgraph-durable show THREAD [CHECKPOINT]    # state values, pending writes, interrupts
     langgraph-durable diff THREAD A B             # what changed between two checkpoints
     langgraph-durable ledger THREAD               # tool calls: status and attempts
+    langgraph-durable resolve KEY OUTCOME         # settle an uncertain tool call
+    langgraph-durable fork THREAD CHECKPOINT      # a new thread that resumes from a checkpoint
     langgraph-durable dead-letters list           # write-behind entries Postgres rejected
     langgraph-durable sweep --max-idle 30d        # apply a retention policy (--dry-run)
     langgraph-durable demo                        # kill an agent mid-run, resume it
@@ -16,13 +18,15 @@ Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
 ``LGD_POSTGRES_URL``; ``--schema`` and ``--prefix`` (``LGD_SCHEMA``, ``LGD_KEY_PREFIX``)
 pick the saver's tables and keys.
 
-Exit codes: 0 success; 1 the command failed (no such thread, a demo check failed);
+Exit codes: 0 success; 1 the command failed (no such thread, a call not uncertain, a fork
+target that exists, a demo check failed);
 2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
 4 ``doctor``'s checks passed with warnings; 130 interrupted.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -32,6 +36,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -40,7 +45,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from langgraph_durable._cli import queries, views
+from langgraph_durable._cli import actions, queries, views
 from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
 from langgraph_durable._cli.target import Target, parse_duration
 from langgraph_durable.config import Retention, mask_url
@@ -207,16 +212,23 @@ def _root(
 @app.command()
 def threads(
     limit: Annotated[int, typer.Option(min=1, help="Show at most this many threads.")] = 50,
+    where: Annotated[list[str] | None, typer.Option(
+        "--where", metavar="KEY=VALUE",
+        help="Only threads with a checkpoint whose metadata holds KEY=VALUE (VALUE read as "
+             "JSON, else text); repeat to require several. Matches as list(filter=) does.",
+    )] = None,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
     """List threads: checkpoints, size, last update, where they live, unflushed checkpoints."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        pattern = actions.metadata_pattern(where or [])
         with _hot_view(saver) as hot:
-            total, rows = queries.thread_rows(saver, hot, limit=limit)
+            total, rows = queries.thread_rows(saver, hot, limit=limit, where=pattern or None)
         unflushed = saver.health()["flush"]["unflushed"]
-        caption = (f"{len(rows)} of {total} threads · schema {schema} · prefix {prefix} · "
-                   f"unflushed journal entries: {unflushed}")
+        matching = f" with metadata {json.dumps(pattern)}" if pattern else ""
+        caption = (f"{len(rows)} of {total} threads{matching} · schema {schema} · "
+                   f"prefix {prefix} · unflushed journal entries: {unflushed}")
         console.print(views.threads_table(f"threads in {mask_url(saver.config.postgres_url)}",
                                           rows, caption))
 
@@ -282,6 +294,67 @@ def ledger(
             raise queries.NotFound(f"the ledger has no tool calls for thread {thread!r} "
                                    f"in schema {schema!r}")
         console.print(views.ledger_table(f"tool calls of thread {thread!r}", records))
+
+
+class Verdict(StrEnum):
+    """What an operator found out about an uncertain tool call."""
+
+    succeeded = "succeeded"
+    failed = "failed"
+    retry = "retry"
+
+
+_NEXT = {"succeeded": "its next execution returns the recorded result instead of running",
+         "failed": "its next execution raises the recorded error",
+         "retry": "its next execution runs the tool again under the same key"}
+
+
+@app.command()
+def resolve(
+    key: Annotated[str, typer.Argument(
+        metavar="KEY",
+        help="The call's ledger key (`ledger THREAD` prints the keys of unsettled calls).")],
+    outcome: Annotated[Verdict, typer.Argument(
+        metavar="succeeded|failed|retry",
+        help="succeeded: it happened; failed: it did not and must not be retried; "
+             "retry: it did not happen, run it again.")],
+    result: Annotated[str | None, typer.Option(
+        "--result", metavar="JSON",
+        help="With succeeded: what the tool returned, as JSON (default: a note).")] = None,
+    error: Annotated[str | None, typer.Option(
+        "--error", metavar="TEXT", help="With failed: the failure's message.")] = None,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd",
+) -> None:
+    """Settle an uncertain tool call (its process died mid-call) as succeeded, failed or to
+    retry; exits 1 if the call is not uncertain."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
+        before, after = actions.settle(saver, key, outcome.value, result=result, error=error)
+        console.print(Text(f"tool call {key} ({after.tool}, thread {after.thread_id!r}): "
+                           f"{before.status} → {after.status}; {_NEXT[outcome.value]}"))
+
+
+@app.command()
+def fork(
+    thread: Annotated[str, typer.Argument(help="Thread id.")],
+    checkpoint: Annotated[str, typer.Argument(
+        help="A checkpoint of the root graph (id or unique part; see `history`).")],
+    to: Annotated[str | None, typer.Option(
+        "--to", metavar="NEW_THREAD", help="The new thread's id (default: THREAD-fork-XXXX).",
+    )] = None,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
+) -> None:
+    """Branch a thread at a past checkpoint: a new thread holding the history up to it (and
+    the ledger, so recorded tool calls are not repeated), which resumes from there."""
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
+        point = queries.checkpoint(saver, thread, checkpoint)
+        made = actions.fork(saver, thread, point.config["configurable"]["checkpoint_id"], to)
+        console.print(Text(f"forked thread {made.source!r} at checkpoint {made.checkpoint_id} "
+                           f"into thread {made.thread_id!r} ({made.checkpoints} checkpoints)"))
+        console.print("resume it with this config (e.g. graph.invoke(None, config)):")
+        config = {"configurable": {"thread_id": made.thread_id}}
+        console.print(Text(f"  config = {json.dumps(config)}"), soft_wrap=True)
 
 
 @app.command()

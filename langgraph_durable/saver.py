@@ -113,6 +113,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._behind = self.config.write_mode == "behind"
         self._background = self._behind and self.config.background_flush
         self._ledger: Ledger | None = None
+        self.engine.after_fork(self._forked)
 
     @property
     def migrations(self) -> tuple[Migration, ...]:
@@ -132,6 +133,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 if self._ledger is None:
                     self._ledger = Ledger(self.engine)
         return self._ledger
+
+    def _forked(self) -> None:
+        """In a child after ``fork()``: the parent's flusher thread did not come along; the
+        child's first write starts its own."""
+        self._lock = threading.Lock()
+        self._flusher = None
 
     # ------------------------------------------------------------------ writes
 
@@ -416,13 +423,30 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Async twin of `delete_for_runs`."""
         await self.engine.arun(ops.delete_for_runs(self._ctx, run_ids))
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy a thread's whole history (every ancestor and its writes) to another id."""
-        self.engine.run(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
+    def copy_thread(self, source_thread_id: str, target_thread_id: str, *,
+                    up_to: str | None = None) -> None:
+        """Copy a thread's whole history (every ancestor and its writes) to another id.
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        Args:
+            source_thread_id: the thread to copy.
+            target_thread_id: the copy's id (a thread with no checkpoints, or they merge).
+            up_to: a checkpoint id of the source: copy only the checkpoints stored up to it
+                (in every namespace), without the writes of the tasks that ran from it, so
+                that it is the copy's head and the copy runs on from there: a fork. The
+                ledger is copied whole, so a tool call that already ran is not run again
+                by the fork.
+
+        Raises:
+            ConfigurationError: source and target are the same thread.
+            TierUnavailableError: Postgres is unreachable.
+        """
+        self.engine.run(ops.copy_thread(self._ctx, source_thread_id, target_thread_id, up_to))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str, *,
+                           up_to: str | None = None) -> None:
         """Async twin of `copy_thread`."""
-        await self.engine.arun(ops.copy_thread(self._ctx, source_thread_id, target_thread_id))
+        await self.engine.arun(
+            ops.copy_thread(self._ctx, source_thread_id, target_thread_id, up_to))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep each namespace's latest checkpoint and what its

@@ -1,6 +1,7 @@
-"""Real faults for tests: a private redis-server the test stops and restarts, and a TCP
-proxy in front of Postgres that the test can cut (existing connections die, new ones are
-refused) and restore."""
+"""Real faults for tests: a private redis-server the test stops and restarts, a TCP proxy
+in front of Postgres that the test can cut (existing connections die, new ones are refused)
+and restore, or have lose one reply, and the simulation's lost reply for one request of an
+operation."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import redis
+
+from langgraph_durable.errors import TierUnavailableError
+
+T = TypeVar("T")
+
+# A Postgres ReadyForQuery message (idle): the server sends it once a request's implicit
+# transaction has committed.
+READY_FOR_QUERY = b"Z\x00\x00\x00\x05I"
 
 
 def free_port() -> int:
@@ -88,7 +98,8 @@ def private_redis(workdir: Path, *, appendonly: str | None = None,
 
 class Proxy:
     """Forwards 127.0.0.1:<port> to a target; `cut()` drops every connection and refuses
-    new ones until `restore()`."""
+    new ones until `restore()`; `lose_reply(marker)` lets the server answer the next request
+    that contains ``marker`` in full, drops the answer and closes that connection."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -98,6 +109,13 @@ class Proxy:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._marker: bytes | None = None
+        self.lost = 0  # replies dropped by `lose_reply`
+
+    def lose_reply(self, marker: bytes) -> None:
+        """Drop the reply to the next request whose bytes contain ``marker``, once the
+        server sent all of it (so its transaction committed), and close that connection."""
+        self._marker = marker
 
     def start(self) -> None:
         self._stop.clear()
@@ -122,13 +140,25 @@ class Proxy:
                 continue
             with self._lock:
                 self._pairs.append((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            doomed = threading.Event()  # this connection's next reply is to be lost
+            for a, b, up in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, up, doomed),
+                                 daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, up: bool,
+              doomed: threading.Event) -> None:
+        held = b""
         try:
             while data := src.recv(65536):
+                if up and self._marker is not None and self._marker in data:
+                    self._marker = None
+                    doomed.set()
+                if not up and doomed.is_set():
+                    held += data
+                    if READY_FOR_QUERY in held:  # answered in full, never delivered
+                        self.lost += 1
+                        break
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
@@ -157,3 +187,29 @@ class Proxy:
 
     def url(self, database: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+
+def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool],
+               ) -> Generator[Any, Any, T]:
+    """``op``, except that the first request for which ``lost(request)`` holds runs and then
+    has its reply replaced by ``TierUnavailableError`` — the simulation's "lost" fault
+    (`tests/sim/scheduler.py`): the server applied the request, the caller never heard."""
+    request = next(op)
+    armed = True
+    while True:
+        try:
+            reply = yield request
+        except Exception as exc:  # the driver's error for this request
+            try:
+                request = op.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            continue
+        try:
+            if armed and lost(request):
+                armed = False
+                request = op.throw(TierUnavailableError("injected lost reply", tier="cold"))
+            else:
+                request = op.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]

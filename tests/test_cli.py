@@ -300,30 +300,14 @@ def test_ledger_lists_a_threads_tool_calls(cli: Callable[..., Result],
     assert "not settled" not in result.stdout
 
 
-SLOW_CALL = """
-import sys, time
-from langgraph_durable import DurableSaver, durable_tool
-saver = DurableSaver(schema=sys.argv[1], key_prefix=sys.argv[2])
-
-@durable_tool(saver=saver)
-def wire_money(cents: int) -> str:
-    "Wire money (slowly)."
-    print("calling", flush=True)
-    time.sleep(60)
-    return "sent"
-
-wire_money.invoke({"name": "wire_money", "args": {"cents": 1}, "id": "call_w",
-                   "type": "tool_call"}, config={"configurable": {"thread_id": sys.argv[3]}})
-"""
-
-
 def test_ledger_shows_the_key_of_a_call_in_progress(cli: Callable[..., Result],
                                                     saver: DurableSaver) -> None:
     """While another process runs a durable call, `ledger` lists it as started and prints
     its key under the table (the key `saver.ledger.resolve` would take)."""
     thread = thread_id()
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_CALL, saver.config.schema,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.slow_call", saver.config.schema,
                              saver.config.key_prefix, thread], stdout=subprocess.PIPE,
+                            cwd=Path(__file__).parent.parent,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "LGD_REDIS_URL": REDIS_URL,
                                  "LGD_POSTGRES_URL": POSTGRES_URL})

@@ -7,6 +7,7 @@ import io
 import re
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -115,6 +116,20 @@ def test_threads_folds_a_long_thread_id_and_keeps_every_column(
     assert row[1] == "5" and row[4] == "redis,postgres" and row[5] == "0"
 
 
+def ledger_row(cli80: Callable[..., Result], saver: DurableSaver, builder: Any,
+               call: dict[str, Any]) -> list[str]:
+    """Run ``builder``'s graph on a new thread with an AI message asking for ``call``; the
+    one row `ledger` shows at 80 columns, after checking it kept all seven columns."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    builder.compile(checkpointer=saver).invoke(
+        {"messages": [AIMessage("", tool_calls=[call])]}, {"configurable": {"thread_id": thread}})
+    headers, rows = table(cli80("ledger", thread).stdout, key=2)
+    assert headers == ["tool", "call", "status", "attempts", "started", "finished",
+                       "result / error"]
+    (row,) = rows
+    return row
+
+
 def test_ledger_keeps_every_column(cli80: Callable[..., Result], saver: DurableSaver) -> None:
     """The ledger of a call with a long tool name, call id and result keeps all seven
     columns at 80 columns."""
@@ -129,16 +144,33 @@ def test_ledger_keeps_every_column(cli80: Callable[..., Result], saver: DurableS
     builder = StateGraph(MessagesState)
     builder.add_node("tools", ToolNode([charge_customer_card_for_order]))
     builder.add_edge(START, "tools")
-    thread = f"t-{uuid.uuid4().hex[:8]}"
-    builder.compile(checkpointer=saver).invoke(
-        {"messages": [AIMessage("", tool_calls=[call])]}, {"configurable": {"thread_id": thread}})
-    headers, rows = table(cli80("ledger", thread).stdout, key=2)
-    assert headers == ["tool", "call", "status", "attempts", "started", "finished",
-                       "result / error"]
-    (row,) = rows
+    row = ledger_row(cli80, saver, builder, call)
     assert row[0] == "charge_customer_card_for_order" and row[1] == call["id"]
     assert row[2:4] == ["succeeded", "1"] and row[4] and row[5]
     assert row[6].startswith("chargedorderA-1;receiptrcpt-xxx")  # words wrapped
+
+
+def test_ledger_of_subgraph_calls_names_the_subgraph(cli80: Callable[..., Result],
+                                                     saver: DurableSaver) -> None:
+    """A call a durable tool made inside a subgraph (a worker agent) says, under the tool's
+    name, which subgraph made it (its node name, without the task id); every column stays."""
+
+    @durable_tool(saver=saver)
+    def hold_seat(flight: str) -> str:
+        """Hold a seat."""
+        return f"seat held on {flight}"
+
+    worker = StateGraph(MessagesState)
+    worker.add_node("tools", ToolNode([hold_seat]))
+    worker.add_edge(START, "tools")
+    builder = StateGraph(MessagesState)
+    builder.add_node("researcher", worker.compile())
+    builder.add_edge(START, "researcher")
+    call = {"name": "hold_seat", "args": {"flight": "LH 454"}, "id": "call_seat",
+            "type": "tool_call"}
+    row = ledger_row(cli80, saver, builder, call)
+    assert row[0] == "hold_seatinresearcher"  # "hold_seat", then "in researcher" below it
+    assert row[1:4] == ["call_seat", "succeeded", "1"]
 
 
 def test_the_demos_history_fits_80_columns_with_its_note() -> None:

@@ -7,6 +7,7 @@ thread id ``chat-[/]`` would crash ``threads`` for everyone, and ``[link=…]`` 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -99,3 +100,26 @@ def test_an_error_naming_a_thread_with_markup_is_one_literal_line(
     result = cli("history", "missing-[/][bold]")
     assert result.exit_code == 1
     assert "thread 'missing-[/][bold]' has no checkpoints" in result.stderr
+
+
+@pytest.mark.parametrize("thread", TRICKY)
+def test_operator_actions_show_ids_and_metadata_literally(
+        thread: str, cli: Callable[..., Result], saver: DurableSaver) -> None:
+    """fork prints the source and new thread ids and the config to resume with exactly as
+    given; threads --where shows a metadata value that looks like markup as text; resolve
+    names an unknown key that looks like markup literally, on one error line."""
+    thread = f"{thread}-{uuid.uuid4().hex[:6]}"  # each write mode's run its own
+    source = f"{thread}-src"
+    chat_graph(saver).invoke({"messages": [HumanMessage("hi")]},
+                             {"configurable": {"thread_id": source},
+                              "metadata": {"note": thread}})
+    forked = ok(cli("fork", source, saver.get_tuple(
+        {"configurable": {"thread_id": source}}).config["configurable"]["checkpoint_id"],
+        "--to", f"{thread}-new"))
+    assert f"forked thread {source!r}" in forked and f"into thread '{thread}-new'" in forked
+    assert f'"thread_id": "{thread}-new"' in forked
+    found = ok(cli("threads", "--where", f"note={thread}"))
+    assert source in found and f'with metadata {{"note": "{thread}"}}' in found
+    refused = cli("resolve", thread, "retry")
+    assert refused.exit_code == 1
+    assert f"no tool call has key {thread!r}" in refused.stderr

@@ -11,6 +11,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_durable._cli.probes import HotThread, HotView
 from langgraph_durable._cli.views import HistoryRow, ThreadRow, interrupts_of, when
+from langgraph_durable._core.reads import contains
 from langgraph_durable.errors import ConfigurationError, DurableError
 from langgraph_durable.saver import DurableSaver
 
@@ -29,14 +30,15 @@ def hot_threads(hot: HotView | None, thread_ids: list[str]) -> dict[str, HotThre
         return None
 
 
-def thread_rows(saver: DurableSaver, hot: HotView | None, *,
-                limit: int) -> tuple[int, list[ThreadRow]]:
-    """The schema's thread count and its threads, Postgres and Redis merged.
+def thread_rows(saver: DurableSaver, hot: HotView | None, *, limit: int,
+                where: dict[str, Any] | None = None) -> tuple[int, list[ThreadRow]]:
+    """The schema's thread count and its threads, Postgres and Redis merged; with
+    ``where``, only the threads with a checkpoint whose metadata contains it.
 
     A thread only Redis holds (written behind, not flushed yet) is listed too; ``unflushed``
     counts a thread's checkpoints with write-behind entries not yet in Postgres.
     """
-    total, summaries = saver.engine.thread_summaries(limit=limit)
+    total, summaries = saver.engine.thread_summaries(metadata=where, limit=limit)
     ids = [s.thread_id for s in summaries]
     hot_only: list[str] = []
     if hot is not None:
@@ -49,7 +51,10 @@ def thread_rows(saver: DurableSaver, hot: HotView | None, *,
             _, present = saver.engine.thread_summaries(thread_ids=candidates,
                                                        limit=len(candidates))
             in_cold = {p.thread_id for p in present}
-            hot_only = [t for t in candidates if t not in in_cold][: max(0, limit - len(ids))]
+            hot_only = [t for t in candidates if t not in in_cold]
+            if where and hot_only:
+                hot_only = _hot_matching(saver, hot_threads(hot, hot_only) or {}, where)
+            hot_only = hot_only[: max(0, limit - len(ids))]
     found = hot_threads(hot, ids + hot_only)
     unflushed = {t: h.unflushed for t, h in (found or {}).items()}
     rows = [
@@ -64,6 +69,21 @@ def thread_rows(saver: DurableSaver, hot: HotView | None, *,
         rows.append(ThreadRow(thread_id, count, None, None, "—", True, False,
                               unflushed.get(thread_id, 0)))
     return total + len(hot_only), rows
+
+
+def _hot_matching(saver: DurableSaver, threads: dict[str, HotThread],
+                  where: dict[str, Any]) -> list[str]:
+    """The threads (Redis only) with a hot checkpoint whose metadata contains ``where``,
+    matched as Postgres will match them once flushed."""
+    matching = []
+    for thread_id, hot_thread in threads.items():
+        for _, ns, cid in hot_thread.checkpoint_keys():
+            tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                                    "checkpoint_id": cid}})
+            if tup is not None and contains(dict(tup.metadata), where):
+                matching.append(thread_id)
+                break
+    return matching
 
 
 def history_rows(saver: DurableSaver, hot: HotView | None, thread_id: str, *,

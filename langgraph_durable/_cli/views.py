@@ -338,9 +338,16 @@ def _tiers(hot: bool | None, cold: bool) -> Text:
     return Text(", ".join(names) or "—", style="" if names else "dim")
 
 
+def subgraph_path(checkpoint_ns: str) -> str:
+    """A namespace's subgraph nodes without their task ids: ``"booker:1f0…|pay:9a2…"`` is
+    ``"booker / pay"`` (``""`` for the root graph)."""
+    return " / ".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part)
+
+
 def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
-    """Tool calls of a thread: status, attempts, times, outcome; below the table, the keys
-    of calls still to settle (``saver.ledger.resolve`` takes them)."""
+    """Tool calls of a thread: status, attempts, times, outcome, and under the tool's name
+    the subgraph that made a call inside one; below the table, the keys of calls still to
+    settle (``langgraph-durable resolve`` takes them)."""
     table = Table(title=Text(title), title_justify="left")
     table.add_column("tool", style="cyan", overflow="fold")
     table.add_column("call", style="dim", max_width=24, overflow="fold")
@@ -353,8 +360,11 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
     for rec in records:
         outcome = rec.error or rec.result
         outcome = getattr(outcome, "content", outcome)  # a recorded ToolMessage
+        tool = Text(rec.tool)
+        if rec.checkpoint_ns:  # made inside a subgraph (a worker agent): say which
+            tool.append(f"\nin {subgraph_path(rec.checkpoint_ns)}", style="magenta")
         table.add_row(
-            Text(rec.tool), Text(rec.tool_call_id or rec.task_id or "—"),
+            tool, Text(rec.tool_call_id or rec.task_id or "—"),
             Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")), str(rec.attempts),
             when(rec.started_at, short=True), when(rec.finished_at, short=True),
             Text(clip("" if outcome is None else str(outcome), 80)),
@@ -363,8 +373,9 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
             unsettled.append(f"  {rec.tool} ({rec.status}): {rec.key}")
     if not unsettled:
         return table
-    return Group(table, Text("calls not settled (saver.ledger.resolve(key, 'succeeded' | "
-                             "'failed' | 'retry')):", style="yellow"), *map(Text, unsettled))
+    return Group(table, Text("calls not settled (once uncertain: `langgraph-durable resolve "
+                             "KEY succeeded|failed|retry`):", style="yellow"),
+                 *map(Text, unsettled))
 
 
 @dataclass(frozen=True, slots=True)

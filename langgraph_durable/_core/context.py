@@ -71,6 +71,11 @@ class Breaker:
             self.open_since = None
             self._probing = False
 
+    def forked(self) -> None:
+        """In a child after ``fork()``: a new lock, and no probe (the parent's) in flight."""
+        self._lock = threading.Lock()
+        self._probing = False
+
 
 class MarkClock:
     """When this process next applies pending stale marks (`hot.apply_marks`): before its
@@ -170,6 +175,10 @@ class TupleCache:
                 (t, n, _), _ = self._entries.popitem(last=False)
                 self._latest.pop((t, n), None)
 
+    def forked(self) -> None:
+        """In a child after ``fork()``: a new lock (another thread may have held it)."""
+        self._lock = threading.Lock()
+
 
 @dataclass(slots=True, kw_only=True)
 class SweepReport:
@@ -249,6 +258,13 @@ class Context:
     cache: TupleCache = field(default_factory=TupleCache)
     seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
     sweeps: SweepTotals = field(default_factory=SweepTotals)
+
+    def forked(self, consumer: str) -> None:
+        """In a child after ``fork()``: its own name in the journal's group (the parent's
+        pending entries stay the parent's), and new locks."""
+        self.consumer = consumer
+        self.breaker.forked()
+        self.cache.forked()
 
     @property
     def codec(self) -> Codec:

@@ -7,9 +7,11 @@ requests and is run by the engine (``saver.engine``), e.g. `Engine.thread_summar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from langgraph_durable._core.requests import Cold, Op, Statement
 from langgraph_durable._core.sql import render
@@ -17,15 +19,19 @@ from langgraph_durable._core.sql import render
 # One row per thread, newest activity first: checkpoints, namespaces, the last checkpoint's
 # time, and the bytes the thread holds (checkpoint frames, metadata, blobs, writes). The
 # page of threads is picked first, so blobs and writes are summed for that page only
-# (index lookups on the primary keys' leading thread_id).
-# %(thread_ids)s text[] or NULL for every thread, %(limit)s int
+# (index lookups on the primary keys' leading thread_id). With a metadata pattern, only the
+# threads with a checkpoint whose metadata contains it (``list(filter=)``'s ``@>``).
+# %(thread_ids)s text[] or NULL for every thread, %(metadata)s jsonb or NULL, %(limit)s int
 THREAD_SUMMARY_SQL = """
 WITH page AS (
     SELECT thread_id, count(*) AS checkpoints, count(DISTINCT checkpoint_ns) AS namespaces,
            max(created_at) AS last_update,
            sum(octet_length(checkpoint) + octet_length(metadata::text)) AS checkpoint_bytes
     FROM {schema}.lgd_checkpoints
-    WHERE %(thread_ids)s::text[] IS NULL OR thread_id = ANY(%(thread_ids)s::text[])
+    WHERE (%(thread_ids)s::text[] IS NULL OR thread_id = ANY(%(thread_ids)s::text[]))
+      AND (%(metadata)s::jsonb IS NULL OR thread_id IN (
+          SELECT m.thread_id FROM {schema}.lgd_checkpoints m
+          WHERE m.metadata @> %(metadata)s::jsonb))
     GROUP BY thread_id
     ORDER BY max(created_at) DESC, thread_id
     LIMIT %(limit)s
@@ -40,8 +46,12 @@ FROM page p
 ORDER BY p.last_update DESC, p.thread_id
 """
 
-# How many threads the schema holds. No parameters.
-THREAD_COUNT_SQL = "SELECT count(DISTINCT thread_id) AS threads FROM {schema}.lgd_checkpoints"
+# How many threads the schema holds (with a checkpoint whose metadata contains a pattern).
+# %(metadata)s jsonb or NULL
+THREAD_COUNT_SQL = """
+SELECT count(DISTINCT thread_id) AS threads FROM {schema}.lgd_checkpoints
+WHERE %(metadata)s::jsonb IS NULL OR metadata @> %(metadata)s::jsonb
+"""
 
 # Per checkpoint of one thread, newest first: when it was stored and the bytes it added:
 # its frame and metadata, the blobs of the channel versions it introduced (those its
@@ -127,16 +137,24 @@ class CheckpointSize:
 
 
 def thread_summaries(
-    schema: str, *, thread_ids: Sequence[str] | None = None, limit: int = 50
+    schema: str,
+    *,
+    thread_ids: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    limit: int = 50,
 ) -> Op[tuple[int, list[ThreadSummary]]]:
-    """The schema's thread count and up to ``limit`` threads, most recently active first."""
+    """The schema's thread count and up to ``limit`` threads, most recently active first;
+    with ``metadata``, only (and the count of) the threads with a checkpoint whose metadata
+    contains it, as ``list(filter=metadata)`` matches."""
+    pattern = json.dumps(dict(metadata)) if metadata else None
     count_rows, rows = yield Cold(
         (
-            Statement(render(THREAD_COUNT_SQL, schema), {}, fetch=True),
+            Statement(render(THREAD_COUNT_SQL, schema), {"metadata": pattern}, fetch=True),
             Statement(
                 render(THREAD_SUMMARY_SQL, schema),
                 {
                     "thread_ids": list(thread_ids) if thread_ids is not None else None,
+                    "metadata": pattern,
                     "limit": limit,
                 },
                 fetch=True,

@@ -15,16 +15,19 @@ from langgraph_durable._core.requests import Cold, Op, Statement
 from langgraph_durable._core.seal import blob_place, checkpoint_place, write_place
 
 
-def copy_statement(ctx: Context, source: str, target: str) -> Op[Statement]:
+def copy_statement(
+    ctx: Context, source: str, target: str, up_to: str | None = None
+) -> Op[Statement]:
     """The statement that copies ``source``'s rows to ``target`` (run in the caller's
-    transaction): plain SQL when frames carry no key, else with every frame resealed."""
+    transaction): plain SQL when frames carry no key, else with every frame resealed.
+    With ``up_to``, only the checkpoints up to that id and the writes of those before it."""
     st = ctx.statements
-    ids = {"source": source, "target": target}
+    ids = {"source": source, "target": target, "up_to": up_to}
     if not ctx.seal.keyed:
         return Statement(st.copy_thread_sql, ids)
     checkpoints, blobs, writes = yield Cold(
         tuple(
-            Statement(query, {"source": source}, fetch=True)
+            Statement(query, {"source": source, "up_to": up_to}, fetch=True)
             for query in (
                 st.copy_source_checkpoints_sql,
                 st.copy_source_blobs_sql,

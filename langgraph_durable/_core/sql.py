@@ -381,14 +381,18 @@ WHERE w.thread_id = gone.thread_id AND w.checkpoint_ns = gone.checkpoint_ns
   AND w.checkpoint_id = gone.checkpoint_id
 """
 
-# %(source)s %(target)s
+# %(source)s %(target)s, %(up_to)s a checkpoint id or NULL: only the checkpoints whose id is
+# not greater (the thread as it was when that one was stored) are copied, with the writes of
+# the older ones; the writes made from that checkpoint on stay behind, so the copy runs on
+# from it.
 COPY_THREAD_SQL = """
 WITH c AS (
     INSERT INTO {schema}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
         parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata, created_at)
     SELECT %(target)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
         checkpoint, channel_versions, metadata, created_at
-    FROM {schema}.lgd_checkpoints WHERE thread_id = %(source)s
+    FROM {schema}.lgd_checkpoints
+    WHERE thread_id = %(source)s AND (%(up_to)s::text IS NULL OR checkpoint_id <= %(up_to)s)
     ON CONFLICT DO NOTHING
 ), b AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
@@ -399,22 +403,25 @@ WITH c AS (
 INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
     channel, task_path, blob)
 SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, blob
-FROM {schema}.lgd_writes WHERE thread_id = %(source)s
+FROM {schema}.lgd_writes
+WHERE thread_id = %(source)s AND (%(up_to)s::text IS NULL OR checkpoint_id < %(up_to)s)
 ON CONFLICT DO NOTHING
 """
 
 # copy_thread with sealed frames: the source's rows, read to be sealed again for the target
-# (each frame is bound to its thread). %(source)s
+# (each frame is bound to its thread). %(source)s %(up_to)s (as in COPY_THREAD_SQL)
 COPY_SOURCE_CHECKPOINTS_SQL = """
 SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint
-FROM {schema}.lgd_checkpoints WHERE thread_id = %(source)s
+FROM {schema}.lgd_checkpoints
+WHERE thread_id = %(source)s AND (%(up_to)s::text IS NULL OR checkpoint_id <= %(up_to)s)
 """
 COPY_SOURCE_BLOBS_SQL = """
 SELECT checkpoint_ns, channel, version, blob FROM {schema}.lgd_blobs WHERE thread_id = %(source)s
 """
 COPY_SOURCE_WRITES_SQL = """
 SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, blob
-FROM {schema}.lgd_writes WHERE thread_id = %(source)s
+FROM {schema}.lgd_writes
+WHERE thread_id = %(source)s AND (%(up_to)s::text IS NULL OR checkpoint_id < %(up_to)s)
 """
 
 # The copy itself, every frame given (sealed for the target); other columns come from the

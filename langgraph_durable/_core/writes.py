@@ -457,18 +457,24 @@ def delete_for_runs(ctx: Context, run_ids: Sequence[str]) -> Op[None]:
     return None
 
 
-def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
+def copy_thread(ctx: Context, source: str, target: str, up_to: str | None = None) -> Op[None]:
+    """Copy a thread's checkpoints, writes and ledger records to ``target``; with ``up_to``
+    (a checkpoint id), only the checkpoints up to it and the writes of those before it,
+    so that it is the copy's head and the copy runs on from it."""
     src = locate({"configurable": {"thread_id": source}}).thread_id
     dst = locate({"configurable": {"thread_id": target}}).thread_id
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
     yield from _settle(ctx)
-    copy = yield from copy_statement(ctx, src, dst)
+    copy = yield from copy_statement(ctx, src, dst, up_to)
+    trim = [] if up_to is None else [
+        Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": [dst]})]
     yield from _mutate_threads(
         ctx,
         [dst],
         [
             copy,
+            *trim,
             Statement(
                 ledger_statements(ctx.config.schema).copy_thread, {"source": src, "target": dst}
             ),

@@ -1,19 +1,22 @@
 """The engine: runs the core's operations for one saver.
 
 It holds the `Context` every operation reads, the blocking clients (shared by all threads)
-and the asyncio clients of each event loop (a loop's clients die with it, so successive
-``asyncio.run`` calls keep working), probes the hot tier when its breaker says so, answers
-the requests that ask the operating system (`OwnerGone`), and keeps the leases of the tool
-calls running in this process. `DurableSaver`, `Ledger`, the flusher, `DurableTool` and the
-CLI all run operations through ``saver.engine``.
+and the asyncio clients of each event loop (a loop's clients are closed when the loop shuts
+down, so successive ``asyncio.run`` calls keep working and leave no socket open), probes
+the hot tier when its breaker says so, answers the requests that ask the operating system
+(`OwnerGone`), and keeps the leases of the tool calls running in this process. In a child
+made by ``fork()`` it renews itself before the child runs anything: clients, heartbeats
+and locks of the child's own (`Engine._forked`). `DurableSaver`, `Ledger`, the flusher,
+`DurableTool` and the CLI all run operations through ``saver.engine``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -51,9 +54,12 @@ class Engine:
         self.leases = Leases(self.run, self.context)
         self._lock = threading.Lock()
         self._sync: sync.Tiers | None = None
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aio.Tiers] = (
-            weakref.WeakKeyDictionary()
-        )
+        # each loop's clients, with the suspended generator that closes them (`_closer`)
+        self._aio: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[aio.Tiers, AsyncGenerator[None, None]]
+        ] = weakref.WeakKeyDictionary()
+        self._fork_hooks: list[Callable[[], None]] = []
+        _ENGINES.add(self)
 
     # ------------------------------------------------------------------ clients
 
@@ -68,16 +74,33 @@ class Engine:
         return self._sync
 
     async def atiers(self) -> aio.Tiers:
-        """The running event loop's clients, opened on first use."""
+        """The running event loop's clients, opened on first use and closed when the loop
+        shuts down (see `_closer`)."""
         loop = asyncio.get_running_loop()
-        tiers = self._aio.get(loop)
-        if tiers is None:
+        entry = self._aio.get(loop)
+        if entry is None:
             fresh = aio.Tiers(self.config, self.context.latencies)
             await fresh.open()
-            tiers = self._aio.setdefault(loop, fresh)  # two first calls may race here
-            if tiers is not fresh:
-                await fresh.close()
-        return tiers
+            closer = self._closer(fresh)
+            entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
+            await closer.__anext__()  # now the loop knows it; the loser's closes at once
+            if entry[0] is not fresh:
+                await closer.aclose()
+        return entry[0]
+
+    async def _closer(self, tiers: aio.Tiers) -> AsyncGenerator[None, None]:
+        """Close ``tiers`` when this generator is closed: by `aclose`, or by the event loop's
+        ``shutdown_asyncgens()``, which ``asyncio.run`` (and every `asyncio.Runner`) calls
+        before it closes the loop. A loop closed without it leaves its sockets to the
+        garbage collector."""
+        try:
+            yield
+        finally:
+            loop = asyncio.get_running_loop()
+            entry = self._aio.get(loop)
+            if entry is not None and entry[0] is tiers:
+                del self._aio[loop]
+            await tiers.close()
 
     @property
     def has_blocking_clients(self) -> bool:
@@ -94,9 +117,9 @@ class Engine:
 
     async def aclose(self) -> None:
         """Close the running event loop's clients."""
-        tiers = self._aio.pop(asyncio.get_running_loop(), None)
-        if tiers is not None:
-            await tiers.close()
+        entry = self._aio.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
 
     def check_cold(self) -> None:
         """Fail fast, with the reason, when Postgres cannot be reached (see `probe_cold`)."""
@@ -105,6 +128,31 @@ class Engine:
     async def acheck_cold(self) -> None:
         """Async twin of `check_cold` (the probe runs in a worker thread)."""
         await asyncio.to_thread(probe_cold, self.config)
+
+    # ------------------------------------------------------------------ fork()
+
+    def after_fork(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` in a child process after ``fork()``, once the engine renewed itself
+        (the saver forgets its flusher there)."""
+        self._fork_hooks.append(hook)
+
+    def _forked(self) -> None:
+        """In a child after ``fork()``: replace what the fork copied but cannot use.
+
+        The parent's connections and pool threads: its sockets are shared with the parent,
+        and a pool's workers did not come along. They are set aside, never used nor closed
+        here (closing would end the parent's sessions); clients of this process's own open
+        on first use. The heartbeat thread did not come along either, and the parent's
+        running calls are not this process's. Locks another thread may have held are new.
+        """
+        _INHERITED.append((self._sync, list(self._aio.values())))
+        self._lock = threading.Lock()
+        self._sync = None
+        self._aio = weakref.WeakKeyDictionary()
+        self.leases = Leases(self.run, self.context)
+        self.context.forked(host.consumer_name())
+        for hook in self._fork_hooks:
+            hook()
 
     # ------------------------------------------------------------------ running
 
@@ -161,10 +209,12 @@ class Engine:
         return self.run(migrate.setup(self.config.schema, migrations))
 
     def thread_summaries(self, *, thread_ids: Sequence[str] | None = None,
+                         metadata: Mapping[str, Any] | None = None,
                          limit: int) -> tuple[int, list[inspection.ThreadSummary]]:
-        """The schema's thread count and a page of per-thread summaries (Postgres only)."""
-        return self.run(inspection.thread_summaries(self.config.schema,
-                                                    thread_ids=thread_ids, limit=limit))
+        """The schema's thread count and a page of per-thread summaries (Postgres only);
+        ``metadata`` keeps the threads with a checkpoint whose metadata contains it."""
+        return self.run(inspection.thread_summaries(
+            self.config.schema, thread_ids=thread_ids, metadata=metadata, limit=limit))
 
     def checkpoint_sizes(self, thread_id: str, *, checkpoint_ns: str | None,
                          limit: int | None) -> list[inspection.CheckpointSize]:
@@ -176,6 +226,23 @@ class Engine:
         """Ids of a thread's checkpoints that contain ``fragment``."""
         return self.run(inspection.match_checkpoint(self.config.schema, thread_id,
                                                     checkpoint_ns, fragment))
+
+
+# Every engine of this process, renewed in a child after ``fork()`` (`Engine._forked`).
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+# The parent's clients a forked child inherited: referenced for the child's lifetime so no
+# destructor here runs on them (a pool's would wait on threads that did not come along).
+_INHERITED: list[object] = []
+
+
+def _after_fork_in_child() -> None:
+    host.forked()
+    for engine in list(_ENGINES):
+        engine._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _host_first(effects: Effects) -> Effects:

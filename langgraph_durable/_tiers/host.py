@@ -89,6 +89,14 @@ class ActiveCalls:
 ACTIVE = ActiveCalls()
 
 
+def forked() -> None:
+    """In a child after ``fork()``: new locks, and no calls in hand (the ones the parent
+    was handling are not this process's; its owner identity renews itself by pid)."""
+    global _owner_lock, ACTIVE
+    _owner_lock = threading.Lock()
+    ACTIVE = ActiveCalls()
+
+
 def owner_gone(owner: str | None, key: str) -> bool:
     """Whether the lease owner provably no longer runs the call: it is this process and no
     caller but the asking one (registered in `ACTIVE`) handles the key, or a process on this

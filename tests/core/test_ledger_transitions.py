@@ -20,6 +20,7 @@ from langgraph_durable._core.ledger.sql import statements
 from langgraph_durable._core.ledger.values import decode_result, encode_result
 from langgraph_durable.errors import (
     IdempotencyConflictError,
+    TierUnavailableError,
     ToolCallError,
     ToolCallInProgressError,
     ToolOutcomeUncertainError,
@@ -294,3 +295,51 @@ def test_a_probable_duplicate_replays_the_earlier_result_when_told_to(ctx: Conte
     assert script.run(ledger.call(ctx, _spec(on_duplicate="replay"))) == "earlier"
     assert dict(script.requests[1].statements[0].params) == {
         "key": KEY, "owner": ME, "duplicate_of": "lgd-earlier"}
+
+
+def test_a_claim_whose_reply_was_lost_runs_again_with_its_nonce_and_the_tool_once(
+        ctx: Context) -> None:
+    """The claim committed but its reply was lost: the claim runs again with the same nonce,
+    Postgres answers with the row it committed (ours: ``claimed``), and the tool runs once."""
+    sql = _sql(ctx)
+    script = Script([
+        (cold(sql.claim), cold_down()),
+        (pause(), None),
+        (cold(sql.claim), [[_row(ctx, "started", claimed=True, owner=ME)]]),
+        (effect(ledger.Invoke, key=KEY, attempt=1), ledger.Returned("charged")),
+        (cold(sql.finish), [[{"key": KEY}]]),
+    ])
+    spec = _spec()
+    assert script.run(ledger.call(ctx, spec)) == "charged"
+    first, again = (script.requests[i].statements[0].params for i in (0, 2))
+    assert first["nonce"] == again["nonce"] == spec.nonce
+    assert len(spec.nonce) == 32 and spec.nonce != _spec().nonce
+
+
+def test_a_claim_that_stays_unreachable_raises_and_runs_nothing(ctx: Context) -> None:
+    """Postgres stays unreachable: the claim is tried twice, then `TierUnavailableError`;
+    the tool does not run."""
+    sql = _sql(ctx)
+    script = Script([(cold(sql.claim), cold_down()), (pause(), None),
+                     (cold(sql.claim), cold_down())])
+    with pytest.raises(TierUnavailableError):
+        script.run(ledger.call(ctx, _spec()))
+    assert script.done
+
+
+def test_a_claim_again_whose_reply_was_lost_runs_the_next_attempt_once(ctx: Context) -> None:
+    """failed (retryable) → started, the reply lost: the reclaim runs again with the call's
+    nonce and gets back the attempt it committed (2), which runs once."""
+    sql = _sql(ctx)
+    script = Script([
+        (cold(sql.claim), [[_row(ctx, "failed", retryable=True, error="timeout")]]),
+        (cold(sql.reclaim), cold_down()),
+        (pause(), None),
+        (cold(sql.reclaim), [[_row(ctx, "started", attempts=2, owner=ME)]]),
+        (effect(ledger.Invoke, attempt=2), ledger.Returned("ok")),
+        (cold(sql.finish), [[{"key": KEY}]]),
+    ])
+    spec = _spec()
+    assert script.run(ledger.call(ctx, spec)) == "ok"
+    nonces = {script.requests[i].statements[0].params["nonce"] for i in (0, 1, 3)}
+    assert nonces == {spec.nonce}

@@ -1,4 +1,4 @@
-"""Identities of the tool-call ledger: call keys and argument fingerprints.
+"""Identities of the tool-call ledger: call keys, argument fingerprints, claim nonces.
 
 Lease owners (``"host:pid:random"``) are made and judged by the engine
 (`langgraph_durable._tiers.host`): that asks the operating system.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import secrets
 from typing import Any
 
 from langgraph_durable._core.keys import check_text
@@ -35,6 +36,13 @@ def explicit_key(value: object) -> str:
     if not key:
         raise ConfigurationError("idempotency key must not be empty")
     return key
+
+
+def claim_nonce() -> str:
+    """A fresh nonce for one call's claims: 128 random bits (never drawn from `uuid.uuid4`,
+    which applications patch for deterministic ids). A claim stores it, so a claim run again
+    after its reply was lost knows the row it committed for its own."""
+    return secrets.token_hex(16)
 
 
 def fingerprint(args: Any) -> str:

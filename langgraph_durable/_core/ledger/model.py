@@ -10,10 +10,11 @@ which may ask the operating system.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar, get_args
 
+from langgraph_durable._core.ledger.keys import claim_nonce
 from langgraph_durable._core.requests import Request
 
 Status = Literal["started", "succeeded", "failed", "uncertain"]
@@ -101,6 +102,7 @@ class CallSpec:
     fingerprint: str
     owner: str
     policy: Policy
+    nonce: str = field(default_factory=claim_nonce)  # stamped on this call's claims
 
 
 @dataclass(frozen=True, slots=True)

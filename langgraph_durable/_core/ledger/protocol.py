@@ -14,7 +14,10 @@ States of a key::
     failed(retryable) --claim again--> started
 
 Every transition is one conditional statement fenced by ``attempts`` (and the lease owner),
-so two workers never both believe they own an attempt.
+so two workers never both believe they own an attempt. A claim (first or again) stamps the
+call's nonce (`CallSpec.nonce`) on the row: when its reply is lost and it runs again — the
+driver's retry on a new connection, or ours — it finds the row it committed and knows it for
+its own, so a call that never ran is not taken for an interrupted one.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ logger = logging.getLogger("langgraph_durable")
 
 _POLL = ExponentialBackoff(cap=0.5, base=0.025)  # waiting on a live lease
 
-_FINISH_RETRY = ExponentialBackoff(cap=1.0, base=0.1)  # recording an outcome
+_RETRY = ExponentialBackoff(cap=1.0, base=0.1)  # a claim or an outcome whose reply was lost
 
+_CLAIM_TRIES = 2  # the tool has not run: give up sooner than when recording an outcome
 _FINISH_TRIES = 4
 
 
@@ -145,11 +149,33 @@ def _claim(ctx: Context, spec: CallSpec) -> Op[Seen]:
         "owner": spec.owner,
         "lease": spec.policy.lease,
         "dup_window": window,
+        "nonce": spec.nonce,
     }
+    request = Cold.one(statements(ctx.config.schema).claim, params, fetch=True)
     while True:  # no row: a concurrent claim committed after our snapshot; it is visible now
-        rows = (yield Cold.one(statements(ctx.config.schema).claim, params, fetch=True))[0]
+        rows = yield from _again_if_lost(request, _CLAIM_TRIES)
         if rows:
             return from_row(ctx, rows[0])
+
+
+def _again_if_lost(request: Cold, tries: int) -> Op[list[Any]]:
+    """Run one fenced statement, again with the same parameters while Postgres cannot be
+    reached (up to ``tries`` times): a lost reply may hide a commit, which the statement's
+    fence and the call's nonce make harmless to repeat.
+
+    Raises:
+        TierUnavailableError: the last try failed too.
+    """
+    failures = 0
+    while True:
+        try:
+            rows: list[Any] = (yield request)[0]
+            return rows
+        except TierUnavailableError:
+            if failures + 1 >= tries:
+                raise
+        yield Pause(_RETRY.compute(failures))
+        failures += 1
 
 
 def _check_same_call(spec: CallSpec, record: LedgerRecord) -> None:
@@ -263,7 +289,7 @@ def _finish(
     error_type: str | None = None,
     retryable: bool | None = None,
 ) -> Op[bool]:
-    """Record our attempt's outcome, retrying a lost connection a few times."""
+    """Record our attempt's outcome, again after a lost connection (a few times)."""
     request = Cold.one(
         statements(ctx.config.schema).finish,
         {
@@ -278,48 +304,43 @@ def _finish(
         },
         fetch=True,
     )
-    for failures in range(_FINISH_TRIES):
-        try:
-            rows = (yield request)[0]
-        except TierUnavailableError:
-            if failures + 1 == _FINISH_TRIES:
-                logger.error(
-                    "tool call %s (%s): could not record %s; its lease will run out "
-                    "and the call become uncertain",
-                    spec.key,
-                    spec.tool,
-                    status,
-                )
-                raise
-            yield Pause(_FINISH_RETRY.compute(failures))
-            continue
-        if not rows:
-            logger.warning(
-                "tool call %s (%s): attempt %d lost its lease to another worker; "
-                "its outcome (%s) was not recorded",
-                spec.key,
-                spec.tool,
-                attempts,
-                status,
-            )
-        return bool(rows)
-    return False
+    try:
+        rows = yield from _again_if_lost(request, _FINISH_TRIES)
+    except TierUnavailableError:
+        logger.error(
+            "tool call %s (%s): could not record %s; its lease will run out "
+            "and the call become uncertain",
+            spec.key,
+            spec.tool,
+            status,
+        )
+        raise
+    if not rows:
+        logger.warning(
+            "tool call %s (%s): attempt %d lost its lease to another worker; "
+            "its outcome (%s) was not recorded",
+            spec.key,
+            spec.tool,
+            attempts,
+            status,
+        )
+    return bool(rows)
 
 
 def _reclaim(ctx: Context, spec: CallSpec, record: LedgerRecord) -> Op[LedgerRecord | None]:
-    rows = (
-        yield Cold.one(
-            statements(ctx.config.schema).reclaim,
-            {
-                "key": spec.key,
-                "from_status": record.status,
-                "attempts": record.attempts,
-                "owner": spec.owner,
-                "lease": spec.policy.lease,
-            },
-            fetch=True,
-        )
-    )[0]
+    request = Cold.one(
+        statements(ctx.config.schema).reclaim,
+        {
+            "key": spec.key,
+            "from_status": record.status,
+            "attempts": record.attempts,
+            "owner": spec.owner,
+            "lease": spec.policy.lease,
+            "nonce": spec.nonce,
+        },
+        fetch=True,
+    )
+    rows = yield from _again_if_lost(request, _CLAIM_TRIES)
     if not rows:
         return None
     logger.info(
@@ -361,9 +382,9 @@ def _settle(ctx: Context, spec: CallSpec, seen: Seen) -> CallOp[tuple[Any] | Non
             raise ToolOutcomeUncertainError(
                 f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) was interrupted "
                 f"mid-call by a crash (attempt {record.attempts}, owner {record.lease_owner}); "
-                "whether its effect happened is unknown. Settle it with saver.ledger.resolve("
-                "key, 'succeeded' | 'failed' | 'retry') or give the tool verify= / "
-                "idempotent=True / on_uncertain='interrupt'",
+                "whether its effect happened is unknown. Settle it with `langgraph-durable "
+                f"resolve {spec.key} succeeded|failed|retry` (or saver.ledger.resolve) or give "
+                "the tool verify= / idempotent=True / on_uncertain='interrupt'",
                 key=spec.key,
             )
         if spec.policy.on_uncertain == "retry":

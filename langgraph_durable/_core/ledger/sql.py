@@ -54,6 +54,12 @@ CREATE INDEX lgd_tool_calls_recent_idx
     WHERE status = 'succeeded';
 """,
     ),
+    Migration(
+        4,
+        "tool-call ledger: claim nonces",
+        # NULL for rows claimed before: no retried claim takes them for its own.
+        "ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN claim_nonce text",
+    ),
 )
 
 # What every statement that returns records returns, in `LedgerRecord` order, plus whether
@@ -86,13 +92,22 @@ _T_RECORD = ", ".join(f"t.{c}" for c in COLUMNS) + ", false AS lease_expired"
 
 _LEASE = "clock_timestamp() + make_interval(secs => %(lease)s::float8)"
 
+# Whether a row is the committed claim of this call's attempt ``{attempts}``: its nonce,
+# still ``started``, its lease live (a lease that ran out may already be another's).
+_OURS = (
+    "COALESCE(claim_nonce = %(nonce)s AND status = 'started' AND attempts = {attempts}"
+    " AND lease_expires_at > clock_timestamp(), false)"
+)
+
 # Claim a key, or read the row that holds it: one statement, one commit. ``claimed`` tells
 # our insert from a foreign row. With ``%(dup_window)s`` (seconds) set, a succeeded call of
 # the same thread, tool and arguments under another key within the window is named in
 # ``duplicate_of``. Zero rows means a concurrent claim committed after this statement's
-# snapshot: run it again.
+# snapshot: run it again. ``%(nonce)s`` is the call's claim nonce: a claim whose reply was
+# lost, run again, finds its own committed row (same nonce, still ``started`` under a live
+# lease) and reports it ``claimed`` too.
 # %(key)s %(thread_id)s %(checkpoint_ns)s %(call_ref)s %(tool_call_id)s %(task_id)s %(tool)s
-# %(fingerprint)s %(owner)s %(lease)s %(dup_window)s
+# %(fingerprint)s %(owner)s %(lease)s %(dup_window)s %(nonce)s
 CLAIM_SQL = (
     """
 WITH dup AS (
@@ -106,11 +121,11 @@ WITH dup AS (
 ), ins AS (
     INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref,
         tool_call_id, task_id, tool, args_fingerprint, status, attempts, lease_owner,
-        lease_expires_at, duplicate_of)
+        lease_expires_at, duplicate_of, claim_nonce)
     VALUES (%(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
         %(task_id)s, %(tool)s, %(fingerprint)s, 'started', 1, %(owner)s, """
     + _LEASE
-    + """, (SELECT key FROM dup))
+    + """, (SELECT key FROM dup), %(nonce)s)
     ON CONFLICT (key) DO NOTHING
     RETURNING *
 )
@@ -118,7 +133,9 @@ SELECT true AS claimed, """
     + _RECORD
     + """ FROM ins
 UNION ALL
-SELECT false AS claimed, """
+SELECT """
+    + _OURS.format(attempts="1")
+    + """ AS claimed, """
     + _RECORD
     + """ FROM {schema}.lgd_tool_calls
 WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
@@ -153,18 +170,31 @@ RETURNING """
     + _RECORD
 )
 
-# failed (retryable) or uncertain -> started by a new attempt under our lease.
-# %(key)s %(from_status)s %(attempts)s %(owner)s %(lease)s
+# failed (retryable) or uncertain -> started by a new attempt under our lease, stamped with
+# the call's nonce; run again after a lost reply, it returns the attempt it committed.
+# %(key)s %(from_status)s %(attempts)s %(owner)s %(lease)s %(nonce)s
 RECLAIM_SQL = (
     """
-UPDATE {schema}.lgd_tool_calls SET status = 'started', attempts = attempts + 1,
-    lease_owner = %(owner)s, lease_expires_at = """
+WITH upd AS (
+    UPDATE {schema}.lgd_tool_calls SET status = 'started', attempts = attempts + 1,
+        lease_owner = %(owner)s, lease_expires_at = """
     + _LEASE
-    + """,
-    result = NULL, error = NULL, error_type = NULL, retryable = NULL, finished_at = NULL
-WHERE key = %(key)s AND status = %(from_status)s AND attempts = %(attempts)s
-RETURNING """
+    + """, claim_nonce = %(nonce)s,
+        result = NULL, error = NULL, error_type = NULL, retryable = NULL, finished_at = NULL
+    WHERE key = %(key)s AND status = %(from_status)s AND attempts = %(attempts)s
+    RETURNING *
+)
+SELECT """
     + _RECORD
+    + """ FROM upd
+UNION ALL
+SELECT """
+    + _RECORD
+    + """ FROM {schema}.lgd_tool_calls
+WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM upd) AND """
+    + _OURS.format(attempts="%(attempts)s + 1")
+    + """
+"""
 )
 
 # Our attempt's outcome. Fenced by attempt and owner: a late outcome still settles a row a
