@@ -25,7 +25,7 @@ from benchmarks.context import Context
 from benchmarks.machine import describe_machine, now
 from benchmarks.report import Report, Table, error_row
 from benchmarks.savers import SPECS, SPECS_BY_NAME
-from benchmarks.sections import history, ledger, macro, micro, restart, storage
+from benchmarks.sections import history, ledger, macro, micro, restart, scaling, storage
 from benchmarks.settings import DEFAULT_DATABASE, FULL, QUICK, Profile, Settings, scratch_database
 from benchmarks.timing import describe
 
@@ -36,6 +36,7 @@ SECTIONS: dict[str, Callable[[Context], list[Table]]] = {
     "restart": restart.run,
     "storage": storage.run,
     "ledger": ledger.run,
+    "scaling": scaling.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

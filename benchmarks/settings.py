@@ -41,6 +41,14 @@ class Profile:
     storage_threads: int
     ledger_rounds: int
     ledger_warmup: int
+    scaling_concurrency: tuple[int, ...]
+    """Concurrent graphs per round of the scaling section's throughput table."""
+    scaling_concurrency_rounds: int
+    scaling_state_bytes: tuple[int, ...]
+    """State sizes of the scaling section's put table."""
+    scaling_lengths: tuple[int, ...]
+    """Thread lengths (checkpoints) of the scaling section's read table."""
+    scaling_rounds: int
     """At least 1: a replay in round ``r`` replays the call made in round ``r - 1``."""
 
     def __post_init__(self) -> None:
@@ -66,6 +74,11 @@ FULL = Profile(
     storage_threads=20,
     ledger_rounds=300,
     ledger_warmup=20,
+    scaling_concurrency=(1, 10, 50, 200),
+    scaling_concurrency_rounds=5,
+    scaling_state_bytes=(1024, 10 * 1024, 100 * 1024, 1024 * 1024),
+    scaling_lengths=(10, 100, 1000, 10_000),
+    scaling_rounds=50,
 )
 
 QUICK = Profile(
@@ -84,6 +97,11 @@ QUICK = Profile(
     storage_threads=2,
     ledger_rounds=20,
     ledger_warmup=3,
+    scaling_concurrency=(1, 10),
+    scaling_concurrency_rounds=2,
+    scaling_state_bytes=(1024, 100 * 1024),
+    scaling_lengths=(10, 100),
+    scaling_rounds=5,
 )
 
 PROFILES = {profile.name: profile for profile in (FULL, QUICK)}

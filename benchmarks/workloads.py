@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -141,6 +142,15 @@ class CheckpointChain:
         self.commit(args, stored)
         return stored
 
+    def put_timed(self) -> int:
+        """Prepare (untimed), store and commit the next checkpoint; the put's wall time in ns."""
+        args = self.prepare()
+        start = time.perf_counter_ns()
+        stored = self.saver.put(args.config, args.checkpoint, args.metadata, args.new_versions)
+        elapsed = time.perf_counter_ns() - start
+        self.commit(args, stored)
+        return elapsed
+
     def extend(self, count: int) -> CheckpointChain:
         """Store ``count`` more checkpoints; return ``self``."""
         for _ in range(count):
@@ -248,3 +258,125 @@ def message_count(found: CheckpointTuple | None) -> int:
     if found is None:
         return 0
     return len(found.checkpoint["channel_values"].get("messages", ()))
+
+
+# --- the research graph: more channels, a larger state, a subgraph ---------------------------
+
+RESEARCH_DOCS = 8
+"""Documents the research subgraph keeps in state (replaced each turn): ~8 KB."""
+DOC_CHARS = 1000
+RESEARCH_NODES = ("plan", "search", "summarize", "write")
+"""Nodes run per invocation: plan and write in the root graph, search and summarize in the
+``research`` subgraph (its own checkpoints, in a child namespace)."""
+RESEARCH_STEPS_PER_INVOKE = len(RESEARCH_NODES)
+RESEARCH_MESSAGES_PER_INVOKE = 3
+"""The human input, the summary and the answer."""
+
+
+def _add_notes(left: list[str], right: list[str]) -> list[str]:
+    return left + right
+
+
+def _merge_counts(left: dict[str, int], right: dict[str, int]) -> dict[str, int]:
+    return {**left, **{k: left.get(k, 0) + v for k, v in right.items()}}
+
+
+class ResearchState(TypedDict, total=False):
+    """Seven channels: messages merged by id, a growing notes list, counters merged per key,
+    the documents found this turn (replaced), the plan, the draft and the turn number."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    notes: Annotated[list[str], _add_notes]
+    counts: Annotated[dict[str, int], _merge_counts]
+    documents: dict[str, str]
+    plan: str
+    draft: str
+    turn: int
+
+
+def _plan(state: ResearchState) -> dict[str, Any]:
+    turn = state.get("turn", 0) + 1
+    return {"plan": message_text("plan", turn), "turn": turn, "notes": [f"plan {turn}"],
+            "counts": {"plan": 1}}
+
+
+def _search(state: ResearchState) -> dict[str, Any]:
+    turn = state.get("turn", 0)
+    documents = {
+        f"doc-{turn}-{i}": (message_text(f"doc {i}", turn) * (DOC_CHARS // MESSAGE_CHARS))
+        for i in range(RESEARCH_DOCS)
+    }
+    return {"documents": documents, "notes": [f"search {turn}"], "counts": {"search": 1}}
+
+
+def _summarize(state: ResearchState) -> dict[str, Any]:
+    summary = AIMessage(content=message_text("summary", len(state.get("documents", {}))))
+    return {"messages": [summary], "notes": ["summarize"], "counts": {"summarize": 1}}
+
+
+def _write(state: ResearchState) -> dict[str, Any]:
+    answer = AIMessage(content=message_text("answer", len(state["messages"])))
+    return {"messages": [answer], "draft": answer.content, "counts": {"write": 1}}
+
+
+def _as_async(node: Any) -> Any:
+    async def run(state: ResearchState) -> dict[str, Any]:
+        return node(state)  # type: ignore[no-any-return]
+
+    return run
+
+
+def research_graph(*, async_nodes: bool) -> StateGraph[ResearchState]:
+    """START → plan → research (subgraph: search → summarize) → write → END."""
+    wrap = _as_async if async_nodes else (lambda node: node)
+    sub = StateGraph(ResearchState)
+    sub.add_node("search", wrap(_search))
+    sub.add_node("summarize", wrap(_summarize))
+    sub.add_edge(START, "search")
+    sub.add_edge("search", "summarize")
+    sub.add_edge("summarize", END)
+    builder = StateGraph(ResearchState)
+    builder.add_node("plan", wrap(_plan))
+    builder.add_node("research", sub.compile())
+    builder.add_node("write", wrap(_write))
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "research")
+    builder.add_edge("research", "write")
+    builder.add_edge("write", END)
+    return builder
+
+
+def research_input(thread_id: str, turn: int) -> ResearchState:
+    """The question that starts turn ``turn`` of ``thread_id``."""
+    return ResearchState(messages=[HumanMessage(content=message_text(f"{thread_id} ask", turn))])
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A graph the macro section runs, and how a thread's final state is checked."""
+
+    name: str
+    build: Any
+    """``build(async_nodes=...)`` → an uncompiled ``StateGraph``."""
+    inputs: Any
+    """``inputs(thread_id, turn)`` → the input of one invocation."""
+    steps_per_invoke: int
+    """Nodes run per invocation (the unit of steps/s)."""
+    messages_per_invoke: int
+    description: str
+
+
+CHAT = Workload(
+    "chat", chat_graph, chat_input, STEPS_PER_INVOKE, MESSAGES_PER_INVOKE,
+    "START → plan → act → reflect → END; each node appends a ~200-char AIMessage via "
+    "`add_messages` (one channel that grows, plus LangGraph's triggers)",
+)
+RESEARCH = Workload(
+    "research", research_graph, research_input, RESEARCH_STEPS_PER_INVOKE,
+    RESEARCH_MESSAGES_PER_INVOKE,
+    "START → plan → research → write → END, where research is a compiled subgraph (search → "
+    "summarize, checkpointed in its own namespace); seven channels: messages, a growing "
+    f"notes list, per-key counters, {RESEARCH_DOCS} documents of ~{DOC_CHARS} chars replaced "
+    "each turn, plan, draft, turn",
+)
+WORKLOADS = (CHAT, RESEARCH)

@@ -3,6 +3,7 @@ behind a proxy the test cuts. The table in docs/failure-model.md is what these c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -12,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import redis
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver, TierUnavailableError
@@ -105,6 +107,41 @@ def test_redis_back_with_old_data_is_not_trusted(
         assert _value(other, config["configurable"]["thread_id"]) == "new"
         saver.close()
         other.close()
+
+
+def test_redis_that_lost_its_scripts_keeps_serving(
+    namespace: tuple[str, str], write_mode: str, tmp_path: Path
+) -> None:
+    """Redis forgets its Lua scripts (SCRIPT FLUSH, as after a restart without the process
+    noticing): the saver's next calls, blocking and asyncio, send the scripts again and are
+    served by Redis; the breaker never opens."""
+    with private_redis(tmp_path) as server:
+        saver = _saver(namespace, write_mode, server.url)
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+        thread = config["configurable"]["thread_id"]
+        _put(saver, config, "one")
+        assert _value(saver, thread) == "one"
+        admin = redis.Redis(port=server.port)
+        admin.script_flush()
+        _put(saver, config, "two")
+        assert _value(saver, thread) == "two"
+
+        async def twice() -> Any:
+            version = saver.get_next_version(None, None)
+            await saver.aput(
+                {"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+                {**empty_checkpoint(), "channel_values": {"value": "three"},
+                 "channel_versions": {"value": version}},
+                {"source": "loop", "step": 1}, {"value": version})
+            admin.script_flush()
+            return await saver.aget_tuple({"configurable": {"thread_id": thread}})
+
+        tup = asyncio.run(twice())
+        assert tup is not None and tup.checkpoint["channel_values"]["value"] == "three"
+        health = saver.health()
+        assert health["hot"]["breaker"] == "closed" and health["hot"]["trips"] == 0
+        admin.close()
+        saver.close()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from langgraph_durable import DurableSaver
 from langgraph_durable._core import journal
 from langgraph_durable._core.keys import ThreadKeys, journal_key
 from langgraph_durable.flusher import run_flusher
-from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints
+from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints, put_value
 from tests.graphs import chat_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +91,29 @@ def test_unflushed_keys_never_expire(make_saver: Any) -> None:
     assert all(0 < client.pttl(k) <= 60_000 for k in members)
     assert client.exists(keys.unflushed) == 0
     client.close()
+
+
+def test_a_read_drains_only_for_its_own_namespaces_entries(make_saver: Any) -> None:
+    """A subgraph's first read (a namespace Redis holds nothing of) on a thread whose root
+    namespace has unflushed entries reads Postgres without draining them: nothing of that
+    namespace is pending. A namespace with unflushed entries of its own whose hot copy was
+    evicted still drains first, and the read returns what was acknowledged."""
+    saver = make_saver(flush_interval=IDLE)
+    thread = f"t-{uuid.uuid4()}"
+    put_value(saver, thread, "root")
+    assert saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "sub:1"}}) \
+        is None
+    assert cold_checkpoints(saver.config.schema, thread) == 0
+    assert saver.health()["flush"]["unflushed"] == 1
+
+    put_value(saver, thread, "inner", ns="sub:2")
+    client = redis.Redis.from_url(REDIS_URL)
+    client.delete(ThreadKeys(saver.config.key_prefix, thread).registry)  # as an eviction
+    client.close()
+    found = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "sub:2"}})
+    assert found is not None and found.checkpoint["channel_values"]["value"] == "inner"
+    assert cold_checkpoints(saver.config.schema, thread) == 2
+    assert saver.health()["flush"]["unflushed"] == 0
 
 
 def test_latest_policy_keeps_newest_checkpoint_per_batch(make_saver: Any) -> None:

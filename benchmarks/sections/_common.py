@@ -10,6 +10,8 @@ from benchmarks.savers import OpenSavers, Saver
 from benchmarks.timing import Series, Summary, reporting_in, summarize
 
 F = TypeVar("F")
+P = TypeVar("P")
+T = TypeVar("T")
 
 SAMPLES = Column("n", "n", "int")
 """How many measured samples a row summarizes."""
@@ -57,3 +59,17 @@ def latency_row(saver: str, series: Series[int], **cells: Cell) -> Row:
 def latency_rows(series: Mapping[str, Series[int]], **cells: Cell) -> list[Row]:
     """:func:`latency_row` for every saver in ``series``."""
     return [latency_row(name, entry, **cells) for name, entry in series.items()]
+
+
+def per_point(
+    savers: Mapping[str, Saver],
+    fixtures: Mapping[str, Mapping[P, F]],
+    probe: Callable[[Saver, F], Callable[[int], T]],
+) -> dict[tuple[str, P], Callable[[int], T]]:
+    """One probe per saver and point of a fixture grid (thread length, state size, …),
+    keyed ``(saver, point)``, for one interleaved ``round_robin`` over all of them."""
+    return {
+        (name, point): probe(savers[name], fixture)
+        for name, by_point in fixtures.items()
+        for point, fixture in by_point.items()
+    }

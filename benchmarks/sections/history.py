@@ -10,7 +10,12 @@ from contextlib import ExitStack
 from benchmarks.context import Context
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, add_ratios, error_row
 from benchmarks.savers import Saver, open_savers
-from benchmarks.sections._common import build_fixtures, quantile_cells, quantile_columns
+from benchmarks.sections._common import (
+    build_fixtures,
+    per_point,
+    quantile_cells,
+    quantile_columns,
+)
 from benchmarks.timing import Series, round_robin, summarize, timed_ns
 from benchmarks.workloads import CheckpointChain, expect_checkpoint, make_messages, thread_config
 
@@ -88,11 +93,7 @@ def run(ctx: Context) -> list[Table]:
             log.info("%s: %s", SECTION, label)
             gc.collect()
             series = round_robin(
-                {
-                    (name, length): make_probe(opened.savers[name], thread_id)
-                    for name, threads in fixtures.items()
-                    for length, thread_id in threads.items()
-                },
+                per_point(opened.savers, fixtures, make_probe),
                 rounds=ctx.profile.history_rounds,
                 warmup=ctx.profile.history_warmup,
             )

@@ -1,4 +1,5 @@
-"""Macro: the 3-node chat graph end to end, sync sequential and async concurrent."""
+"""Macro: graphs end to end (the 3-node chat graph, and a research graph with more
+channels, a larger state and a subgraph), sync sequential and async concurrent."""
 
 from __future__ import annotations
 
@@ -20,11 +21,9 @@ from benchmarks.savers import OpenSavers, Saver, adrain, aopen_savers, drain, op
 from benchmarks.settings import Profile
 from benchmarks.timing import Series, around_robin, describe, percentile, round_robin
 from benchmarks.workloads import (
-    MESSAGES_PER_INVOKE,
-    STEPS_PER_INVOKE,
+    WORKLOADS,
+    Workload,
     chat_config,
-    chat_graph,
-    chat_input,
     message_count,
     thread_config,
 )
@@ -67,18 +66,20 @@ class Expected:
     messages: int
 
     @classmethod
-    def of(cls, profile: Profile, durability: Durability) -> Expected:
+    def of(cls, profile: Profile, durability: Durability, workload: Workload) -> Expected:
         """Every measured thread of ``durability`` holds every turn's messages."""
         ids = [_thread_id(durability, i, warm=False) for i in range(profile.macro_threads)]
-        return cls(ids, profile.macro_invokes * MESSAGES_PER_INVOKE)
+        return cls(ids, profile.macro_invokes * workload.messages_per_invoke)
 
 
 # --- probes -------------------------------------------------------------------------------
 
 
-def _invoke(graph: Graph, thread_id: str, turn: int, durability: Durability) -> int | Exception:
+def _invoke(
+    graph: Graph, work: Workload, thread_id: str, turn: int, durability: Durability
+) -> int | Exception:
     """One ``invoke``: its latency in ns, or the exception it raised."""
-    inputs, config = chat_input(thread_id, turn), chat_config(thread_id)
+    inputs, config = work.inputs(thread_id, turn), chat_config(thread_id)
     start = time.perf_counter_ns()
     try:
         graph.invoke(inputs, config, durability=durability)
@@ -88,10 +89,10 @@ def _invoke(graph: Graph, thread_id: str, turn: int, durability: Durability) -> 
 
 
 async def _ainvoke(
-    graph: Graph, thread_id: str, turn: int, durability: Durability
+    graph: Graph, work: Workload, thread_id: str, turn: int, durability: Durability
 ) -> int | Exception:
     """Async twin of :func:`_invoke`."""
-    inputs, config = chat_input(thread_id, turn), chat_config(thread_id)
+    inputs, config = work.inputs(thread_id, turn), chat_config(thread_id)
     start = time.perf_counter_ns()
     try:
         await graph.ainvoke(inputs, config, durability=durability)
@@ -100,7 +101,9 @@ async def _ainvoke(
     return time.perf_counter_ns() - start
 
 
-def _sync_probe(graph: Graph, durability: Durability, profile: Profile) -> Callable[[int], Batch]:
+def _sync_probe(
+    graph: Graph, work: Workload, durability: Durability, profile: Profile
+) -> Callable[[int], Batch]:
     """Round ``r`` runs all turns of one thread, one invoke after another."""
     invokes, warmup = profile.macro_invokes, profile.macro_warmup
 
@@ -110,7 +113,7 @@ def _sync_probe(graph: Graph, durability: Durability, profile: Profile) -> Calla
         batch = Batch()
         start = time.perf_counter_ns()
         for turn in range(invokes):
-            batch.add(_invoke(graph, thread_id, turn, durability))
+            batch.add(_invoke(graph, work, thread_id, turn, durability))
         batch.wall_ns = time.perf_counter_ns() - start
         return batch
 
@@ -118,7 +121,7 @@ def _sync_probe(graph: Graph, durability: Durability, profile: Profile) -> Calla
 
 
 def _async_probe(
-    graph: Graph, durability: Durability, profile: Profile
+    graph: Graph, work: Workload, durability: Durability, profile: Profile
 ) -> Callable[[int], Awaitable[Batch]]:
     """Round ``r`` runs one turn of every thread at once (``asyncio.gather``)."""
     threads, warmup = profile.macro_threads, profile.macro_warmup
@@ -129,7 +132,9 @@ def _async_probe(
         ids = [_thread_id(durability, index, warm) for index in range(threads)]
         batch = Batch()
         start = time.perf_counter_ns()
-        outcomes = await asyncio.gather(*(_ainvoke(graph, t, turn, durability) for t in ids))
+        outcomes = await asyncio.gather(
+            *(_ainvoke(graph, work, t, turn, durability) for t in ids)
+        )
         batch.wall_ns = time.perf_counter_ns() - start
         for outcome in outcomes:
             batch.add(outcome)
@@ -151,7 +156,14 @@ class Check:
     """Why the check itself failed (draining or reading back raised)."""
 
 
-def _row(api: Api, durability: Durability, saver: str, series: Series[Batch], check: Check) -> Row:
+def _row(
+    api: Api,
+    durability: Durability,
+    saver: str,
+    series: Series[Batch],
+    check: Check,
+    steps_per_invoke: int,
+) -> Row:
     """Throughput and invoke latency over the measured samples of one saver."""
     cells: dict[str, Any] = {"api": api, "durability": durability}
     if series.error is not None:
@@ -159,7 +171,7 @@ def _row(api: Api, durability: Durability, saver: str, series: Series[Batch], ch
     latencies = sorted(ns / 1e6 for batch in series.values for ns in batch.latencies_ns)
     failures = sum(batch.failures for batch in series.values)
     first_error = next((b.first_error for b in series.values if b.first_error), None)
-    steps = len(latencies) * STEPS_PER_INVOKE
+    steps = len(latencies) * steps_per_invoke
     wall_s = sum(batch.wall_ns for batch in series.values) / 1e9
     row: Row = {"saver": saver, **cells, "failures": failures, "bad_threads": check.bad_threads}
     row["drain_ms"] = check.drain_ms
@@ -228,8 +240,12 @@ def _rows(
     opened: OpenSavers,
     series: Mapping[str, Series[Batch]],
     checks: Mapping[str, Check],
+    work: Workload,
 ) -> list[Row]:
-    rows = [_row(api, durability, name, series[name], checks[name]) for name in series]
+    rows = [
+        _row(api, durability, name, series[name], checks[name], work.steps_per_invoke)
+        for name in series
+    ]
     rows.extend(
         error_row(name, error, api=api, durability=durability)
         for name, error in opened.errors.items()
@@ -240,71 +256,81 @@ def _rows(
 # --- runs -----------------------------------------------------------------------------------
 
 
-def _run_sync(ctx: Context) -> list[Row]:
+def _label(work: Workload, api: Api) -> str:
+    """The savers' namespace of one workload and API (``macro-sync`` for the chat graph)."""
+    return f"macro-{api}" if work.name == "chat" else f"macro-{work.name}-{api}"
+
+
+def _run_sync(ctx: Context, work: Workload) -> list[Row]:
     """Sync API: ``graph.invoke``, one thread after another; savers alternate per thread."""
     rows: list[Row] = []
-    builder = chat_graph(async_nodes=False)
+    builder = work.build(async_nodes=False)
     with ExitStack() as stack:
-        opened = open_savers(stack, ctx.specs, ctx.settings, "macro-sync")
+        opened = open_savers(stack, ctx.specs, ctx.settings, _label(work, "sync"))
         graphs = {name: builder.compile(checkpointer=s) for name, s in opened.savers.items()}
         for durability in DURABILITIES:
-            log.info("macro: sync API, durability=%s", durability)
+            log.info("macro %s: sync API, durability=%s", work.name, durability)
             gc.collect()
             series = round_robin(
-                {name: _sync_probe(g, durability, ctx.profile) for name, g in graphs.items()},
+                {name: _sync_probe(g, work, durability, ctx.profile) for name, g in graphs.items()},
                 rounds=ctx.profile.macro_threads,
                 warmup=ctx.profile.macro_warmup,
             )
-            expected = Expected.of(ctx.profile, durability)
+            expected = Expected.of(ctx.profile, durability, work)
             checks = {name: _check_sync(opened.savers[name], expected) for name in series}
-            rows.extend(_rows("sync", durability, opened, series, checks))
+            rows.extend(_rows("sync", durability, opened, series, checks, work))
     return rows
 
 
-async def _run_async(ctx: Context) -> list[Row]:
+async def _run_async(ctx: Context, work: Workload) -> list[Row]:
     """Async twin of :func:`_run_sync`: ``ainvoke`` on every thread at once, per round."""
     rows: list[Row] = []
-    builder = chat_graph(async_nodes=True)
+    builder = work.build(async_nodes=True)
     async with AsyncExitStack() as stack:
-        opened = await aopen_savers(stack, ctx.specs, ctx.settings, "macro-async")
+        opened = await aopen_savers(stack, ctx.specs, ctx.settings, _label(work, "async"))
         graphs = {name: builder.compile(checkpointer=s) for name, s in opened.savers.items()}
         for durability in DURABILITIES:
-            log.info("macro: async API, durability=%s", durability)
+            log.info("macro %s: async API, durability=%s", work.name, durability)
             gc.collect()
             series = await around_robin(
-                {name: _async_probe(g, durability, ctx.profile) for name, g in graphs.items()},
+                {
+                    name: _async_probe(g, work, durability, ctx.profile)
+                    for name, g in graphs.items()
+                },
                 rounds=ctx.profile.macro_invokes,
                 warmup=ctx.profile.macro_warmup,
             )
-            expected = Expected.of(ctx.profile, durability)
+            expected = Expected.of(ctx.profile, durability, work)
             checks = {name: await _check_async(opened.savers[name], expected) for name in series}
-            rows.extend(_rows("async", durability, opened, series, checks))
+            rows.extend(_rows("async", durability, opened, series, checks, work))
     return rows
 
 
 def run(ctx: Context) -> list[Table]:
-    """Both APIs by both durabilities; throughput over the measured threads only."""
+    """Each workload, both APIs by both durabilities; throughput over the measured threads."""
+    return [_table(ctx, work) for work in WORKLOADS]
+
+
+def _table(ctx: Context, work: Workload) -> Table:
     profile = ctx.profile
-    steps = profile.macro_invokes * STEPS_PER_INVOKE
+    steps = profile.macro_invokes * work.steps_per_invoke
     table = Table(
         "macro",
-        f"Macro: {profile.macro_threads} threads x {steps} supersteps, 3-node chat graph",
+        f"Macro ({work.name}): {profile.macro_threads} threads x {steps} node runs",
         COLUMNS,
         notes=[
-            f"Each thread gets {profile.macro_invokes} invocations of START → plan → act → "
-            f"reflect → END; an invocation is {STEPS_PER_INVOKE} supersteps (one per node, the "
-            f"unit of steps/s) and writes {STEPS_PER_INVOKE + 1} checkpoints (input + one per "
-            "node). Each node appends a ~200-char AIMessage via `add_messages`.",
+            f"Each thread gets {profile.macro_invokes} invocations of {work.description}. An "
+            f"invocation runs {work.steps_per_invoke} nodes (the unit of steps/s).",
             "sync API: `graph.invoke`, threads one after another; a sample is one thread's "
             "invocations, and savers take turns thread by thread. async API: one round is "
             f"`asyncio.gather` of one `graph.ainvoke` on each of the {profile.macro_threads} "
             "threads (async nodes); savers take turns round by round. "
             f"{profile.macro_warmup} warm-up thread/round per saver is not counted.",
             "bad threads: measured threads whose latest checkpoint does not hold "
-            f"{profile.macro_invokes * MESSAGES_PER_INVOKE} messages after the run. drain: "
+            f"{profile.macro_invokes * work.messages_per_invoke} messages after the run. drain: "
             "`flush()`/`aflush()` after the run, for savers that have one (not in steps/s).",
         ],
     )
-    table.rows = _run_sync(ctx) + asyncio.run(_run_async(ctx))
+    table.rows = _run_sync(ctx, work) + asyncio.run(_run_async(ctx, work))
     add_ratios(table.rows, "us_per_step", group=("api", "durability"))
-    return [table]
+    return table

@@ -12,7 +12,7 @@ from benchmarks.context import Context
 from benchmarks.report import SAVER, Column, Table, add_ratios, error_row
 from benchmarks.savers import Saver, open_savers
 from benchmarks.sections._common import LATENCY_COLUMNS, build_fixtures, latency_rows
-from benchmarks.timing import round_robin, timed, timed_ns
+from benchmarks.timing import round_robin, timed_ns
 from benchmarks.workloads import CheckpointChain, expect_checkpoint, make_messages, thread_config
 
 SECTION = "micro"
@@ -60,16 +60,7 @@ def _fixture(saver: Saver, read_length: int) -> Fixture:
 
 
 def _put(chain: CheckpointChain) -> Probe:
-    def probe(_round: int) -> int:
-        args = chain.prepare()
-        saver = chain.saver
-        elapsed, stored = timed(
-            lambda: saver.put(args.config, args.checkpoint, args.metadata, args.new_versions)
-        )
-        chain.commit(args, stored)
-        return elapsed
-
-    return probe
+    return lambda _round: chain.put_timed()
 
 
 def _put_writes(chain: CheckpointChain) -> Probe:

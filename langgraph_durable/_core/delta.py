@@ -23,6 +23,7 @@ from langgraph_durable._core.records import (
     corrupt,
     load,
     locate,
+    sealed_to,
 )
 from langgraph_durable._core.requests import Cold, Op
 from langgraph_durable._core.seal import blob_place, write_place
@@ -90,7 +91,9 @@ def delta_channel_history(
         )[0]
         for row in seed_rows:
             ch = row["channel"]
-            place = blob_place(where.thread_id, where.checkpoint_ns, ch, row["version"])
+            place = sealed_to(
+                ctx.codec, blob_place, where.thread_id, where.checkpoint_ns, ch, row["version"]
+            )
             seeds[ch] = _load_cold(ctx, where, target, row["blob"], place, "blob", ch)
     order = {cid: depth for depth, cid in enumerate(r["checkpoint_id"] for r in chain)}
     result: dict[str, DeltaChannelHistory] = {}
@@ -144,7 +147,9 @@ def _walk_delta_history(
 
 
 def _write_value(ctx: Context, where: Location, row: dict[str, Any]) -> Any:
-    place = write_place(
+    place = sealed_to(
+        ctx.codec,
+        write_place,
         where.thread_id,
         where.checkpoint_ns,
         row["checkpoint_id"],

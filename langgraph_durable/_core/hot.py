@@ -148,8 +148,12 @@ def apply_marks(ctx: Context) -> Op[int]:
     `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
     watermark = marks_key(ctx.config.key_prefix)
-    newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
+    # Redis first: a process's first call then reaches Redis while its first Postgres
+    # connection is still being made. A mark made between the two reads is newer than
+    # `applied` and is applied now; marks Redis applied meanwhile are applied again
+    # (dropping a hot copy twice is harmless).
     applied = int((yield Hot("marks", [watermark], [""])) or 0)
+    newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
     if applied >= newest:
         return 0
     dropped = 0

@@ -61,8 +61,11 @@ end
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] registry  KEYS[5] unflushed
 # ARGV[1] checkpoint key prefix  ARGV[2] checkpoint id or ""  ARGV[3] ttl ms (0: none)
 # ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
-# returns {"busy", dirty} | {"miss", dirty} (dirty = 1: the thread has entries not yet
-#         flushed; the caller drains the journal before it reads Postgres)
+# ARGV[6] the namespace's unflushed member prefix ("<b64 ns>:")
+# returns {"busy", dirty} | {"miss", dirty} (dirty = 1: the namespace has entries not yet
+#         flushed; the caller drains the journal before it reads Postgres. Entries of the
+#         thread's other namespaces do not change what Postgres holds for this one, so a
+#         subgraph's first read does not wait for its parent's entries to drain)
 #       | {"same", id, head} (the caller's copy is current; head = 1: it is the latest)
 #       | {"hit", id, field, value, ..., "\0head", head, "\0blobs", field, frame, ...}
 GET_SCRIPT = (
@@ -91,10 +94,17 @@ local function record(key, id, head)
   end
   return out
 end
-local function miss()
-  return {'miss', redis.call('EXISTS', KEYS[5])}
+local function dirty()
+  local members = redis.call('HKEYS', KEYS[5])
+  for i = 1, #members do
+    if string.sub(members[i], 1, #ARGV[6]) == ARGV[6] then return 1 end
+  end
+  return 0
 end
-if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy', redis.call('EXISTS', KEYS[5])} end
+local function miss()
+  return {'miss', dirty()}
+end
+if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy', dirty()} end
 if redis.call('SISMEMBER', KEYS[4], KEYS[2]) == 0 then return miss() end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1)
 if #last == 0 then return miss() end

@@ -203,7 +203,14 @@ def _get(
     return Hot(
         "get",
         [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry, keys.unflushed],
-        [keys.checkpoint_prefix(ns), checkpoint_id, ttl_ms, held, held_version],
+        [
+            keys.checkpoint_prefix(ns),
+            checkpoint_id,
+            ttl_ms,
+            held,
+            held_version,
+            keys.unflushed_member(ns, ""),
+        ],
     )
 
 
@@ -223,7 +230,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     A decoded copy of each tuple read from Redis is kept in process; Redis answers "same"
     when the caller's copy is still current, so a hot read skips transfer and decoding.
     A read by id never warms: only the latest checkpoint may become a namespace's head in
-    Redis. A miss on a thread with entries not yet flushed drains the journal first, so
+    Redis. A miss on a namespace with entries not yet flushed drains the journal first, so
     Postgres is never older than what was acknowledged.
     """
     found = yield from _read(ctx, locate(config))

@@ -7,7 +7,7 @@ Decoding verifies every frame; a damaged one raises `Damaged`, which names the p
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,8 +198,8 @@ def encode_checkpoint(
     sizes[None] = len(body_typed[1])
     _check_size(sizes, max_bytes, where, checkpoint_id)
     blobs = [
-        (channel, version, codec.frame(*typed, blob_place(t, ns, channel, version)))
-        for channel, (version, typed) in serialized.items()
+        (ch, version, codec.frame(*typed, sealed_to(codec, blob_place, t, ns, ch, version)))
+        for ch, (version, typed) in serialized.items()
     ]
     meta = get_serializable_checkpoint_metadata(config, metadata)
     if problem := unstorable_json(meta, "metadata"):
@@ -226,7 +226,10 @@ def encode_checkpoint(
         run_id=check_text(str(run_id), "metadata run_id", MAX_NAME_BYTES)
         if run_id is not None
         else None,
-        frame=codec.frame(*body_typed, checkpoint_place(t, ns, checkpoint_id, where.checkpoint_id)),
+        frame=codec.frame(
+            *body_typed,
+            sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, where.checkpoint_id),
+        ),
         metadata=metadata_json,
         channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),
         blobs=blobs,
@@ -253,8 +256,9 @@ def encode_writes(
     for position, (channel, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(channel, position)
         check_text(channel, "channel name", MAX_NAME_BYTES)
-        place = write_place(
-            where.thread_id, where.checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path
+        place = sealed_to(
+            codec, write_place, where.thread_id, where.checkpoint_ns, checkpoint_id, task_id,
+            idx, channel, task_path,
         )
         frame = _dump(codec, value, place, where, where.checkpoint_id, channel)
         by_idx[idx] = StoredWrite(task_id, idx, channel, task_path, frame)
@@ -272,6 +276,13 @@ def unpack_write(task_id: str, idx: int, value: bytes) -> StoredWrite:
     except (ormsgpack.MsgpackDecodeError, ValueError) as exc:
         raise Damaged("write", f"task {task_id} idx {idx}: undecodable envelope") from exc
     return StoredWrite(task_id, idx, channel, task_path, frame)
+
+
+def sealed_to(codec: Codec, make: Callable[..., bytes], *parts: Any) -> bytes:
+    """The place (`seal.place`) a frame is sealed to, made by ``make`` from ``parts``. A
+    checksum binds no place, so without a key none is built (building one costs as much as
+    checking the frame)."""
+    return make(*parts) if codec.seal.keyed else b""
 
 
 def load(codec: Codec, frame: bytes, place: bytes, part: str, channel: str | None = None) -> Any:
@@ -292,7 +303,9 @@ def load(codec: Codec, frame: bytes, place: bytes, part: str, channel: str | Non
 
 def load_write(codec: Codec, where: Location, checkpoint_id: str, write: StoredWrite) -> Any:
     """The value of a pending write of ``checkpoint_id``, verified against its place."""
-    place = write_place(
+    place = sealed_to(
+        codec,
+        write_place,
         where.thread_id,
         where.checkpoint_ns,
         checkpoint_id,
@@ -321,10 +334,11 @@ def build_tuple(
         Damaged: a frame failed verification or could not be decoded.
     """
     t, ns = where.thread_id, where.checkpoint_ns
-    place = checkpoint_place(t, ns, checkpoint_id, parent_id)
+    place = sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, parent_id)
     checkpoint = load(codec, frame, place, "checkpoint")
     checkpoint["channel_values"] = {
-        ch: load(codec, b, blob_place(t, ns, ch, version), "blob", ch) for ch, version, b in blobs
+        ch: load(codec, b, sealed_to(codec, blob_place, t, ns, ch, version), "blob", ch)
+        for ch, version, b in blobs
     }
     ordered = sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     pending = [(w.task_id, w.channel, load_write(codec, where, checkpoint_id, w)) for w in ordered]

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 import redis.asyncio as redis
+from redis.exceptions import NoScriptError
 
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
@@ -17,8 +18,8 @@ from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
-    SCRIPTS,
     AsyncEffects,
+    Scripts,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
@@ -39,7 +40,7 @@ class Tiers:
         self.latencies = latencies
         self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
             config.redis_url, **redis_options(config)))
-        self.scripts = {name: self.redis.register_script(src) for name, src in SCRIPTS.items()}
+        self.scripts = Scripts()
         self.pool = LoopPool(
             config.postgres_url, open=False, name="langgraph_durable", **postgres_options(config))
 
@@ -76,15 +77,35 @@ class Tiers:
         return result
 
     async def hot(self, request: Hot | HotBatch) -> Any:
+        """Run a script on a pooled connection, straight through the connection (redis-py's
+        command path costs more than the round trip at small replies); a connection that
+        fails is dropped and the call retried with the client's backoff. A batch goes in one
+        round trip (pipelined, each script with its source)."""
+        pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
-            if isinstance(request, Hot):
-                return await self.scripts[request.script](keys=request.keys, args=request.args)
-            pipe = self.redis.pipeline(transaction=False)
-            for each in request.requests:
-                await self.scripts[each.script](keys=each.keys, args=each.args, client=pipe)
-            return await pipe.execute()
+            conn = await pool.get_connection()
+            try:
+                return await conn.retry.call_with_retry(
+                    lambda: self._script(conn, request), lambda _: conn.disconnect())
+            finally:
+                await pool.release(conn)
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
+
+    async def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
+        if isinstance(request, HotBatch):
+            commands = [self.scripts.command(each, source=True) for each in request.requests]
+            await conn.send_packed_command(conn.pack_commands(commands))
+            return [await conn.read_response() for _ in commands]
+        try:
+            await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
+            reply = await conn.read_response()
+        except NoScriptError:
+            command = self.scripts.command(request, source=True)
+            await conn.send_packed_command(conn.pack_command(*command))
+            reply = await conn.read_response()
+        self.scripts.sent(request)
+        return reply
 
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:

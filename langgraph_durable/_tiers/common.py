@@ -3,6 +3,7 @@ signature of the callback that answers requests that are not storage requests.""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,12 +11,14 @@ from typing import Any
 import psycopg
 import psycopg.errors
 import psycopg_pool
+import redis
 import redis.exceptions
 from psycopg.rows import dict_row
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from langgraph_durable._core import lua
+from langgraph_durable._core.requests import Hot
 from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -50,6 +53,32 @@ SCRIPTS = {
     "dead_letter": lua.DEAD_LETTER_SCRIPT,
 }
 
+
+class Scripts:
+    """How the drivers call the Lua scripts: a script's first call in the process sends its
+    source (``EVAL``, which also caches it in Redis), later calls its SHA1 (``EVALSHA``); a
+    server that lost its script cache (restarted, ``SCRIPT FLUSH``) answers ``NOSCRIPT`` and
+    gets the source again. One round trip per call, none spent on ``SCRIPT LOAD``."""
+
+    def __init__(self) -> None:
+        self._sha = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
+        self._sent: set[str] = set()
+
+    def command(self, request: Hot, *, source: bool = False) -> tuple[Any, ...]:
+        """The command that runs ``request``'s script (with its source when ``source`` or
+        not sent yet)."""
+        name = request.script
+        if source or name not in self._sent:
+            head: tuple[Any, ...] = ("EVAL", SCRIPTS[name])
+        else:
+            head = ("EVALSHA", self._sha[name])
+        return (*head, len(request.keys), *request.keys, *request.args)
+
+    def sent(self, request: Hot) -> None:
+        """Record that Redis holds ``request``'s script."""
+        self._sent.add(request.script)
+
+
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
 
@@ -78,7 +107,22 @@ def redis_options(config: SaverConfig) -> dict[str, Any]:
         "retry": Retry(ExponentialBackoff(cap=0.25, base=0.01), retries=2),
         "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
         "health_check_interval": 30,
+        **_DRIVER,
     }
+
+
+def _driver() -> dict[str, Any]:
+    """How each connection names the library to Redis (``CLIENT SETINFO``), its version
+    given up front: left out, redis-py looks it up in the installed packages' metadata for
+    every new connection (a millisecond or more; tens on a process's first connection)."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # redis-py before the option existed
+        return {"lib_version": redis.__version__}
+    return {"driver_info": DriverInfo(lib_version=redis.__version__)}
+
+
+_DRIVER = _driver()
 
 
 def postgres_options(config: SaverConfig) -> dict[str, Any]:

@@ -18,15 +18,17 @@ def _drop(ctx: Context, thread_id: str, version: int) -> tuple[list[str], list[o
 
 def test_pending_marks_drop_each_thread_with_its_tombstone_then_record_the_seq(
         ctx: Context) -> None:
-    """apply_marks: the newest mark in Postgres, the highest Redis applied (``marks``
-    with nothing to set), the marks after it, one ``drop_thread`` per mark carrying the
-    mark's version as tombstone, then ``marks`` raised to the last applied seq; the next
-    page is empty, old marks are forgotten, and it returns how many threads it dropped."""
+    """apply_marks: the highest mark Redis applied (``marks`` with nothing to set), then
+    the newest mark in Postgres (Redis first, so a process's first call reaches Redis
+    while its first Postgres connection is made), the marks after it, one ``drop_thread``
+    per mark carrying the mark's version as tombstone, then ``marks`` raised to the last
+    applied seq; the next page is empty, old marks are forgotten, and it returns how many
+    threads it dropped."""
     st = ctx.statements
     watermark = marks_key("t")
     script = Script([
-        (cold(st.newest_mark_sql), [[{"seq": 12}]]),
         (hot("marks", [watermark]), 10),
+        (cold(st.newest_mark_sql), [[{"seq": 12}]]),
         (cold(st.pending_marks_sql), [[{"seq": 11, "thread_id": "a", "version": 301},
                                        {"seq": 12, "thread_id": "b", "version": 305}]]),
         (hot("drop_thread", _drop(ctx, "a", 301)[0]), 4),
@@ -37,7 +39,7 @@ def test_pending_marks_drop_each_thread_with_its_tombstone_then_record_the_seq(
     ])
     assert script.run(hot_tier.apply_marks(ctx)) == 2
     assert script.done
-    newest, read, first_page, drop_a, drop_b, record, second_page, _ = script.requests
+    read, newest, first_page, drop_a, drop_b, record, second_page, _ = script.requests
     assert newest.statements[0].fetch
     assert list(read.args) == [""]
     assert first_page.statements[0].params == {"after": 10}
@@ -49,10 +51,10 @@ def test_pending_marks_drop_each_thread_with_its_tombstone_then_record_the_seq(
 
 def test_a_redis_that_applied_the_newest_mark_costs_two_requests(ctx: Context) -> None:
     """The usual poll: Redis already applied the newest mark (or starts from it, being
-    new), so apply_marks stops after the newest-mark query and one ``marks`` call."""
+    new), so apply_marks stops after one ``marks`` call and the newest-mark query."""
     script = Script([
-        (cold(ctx.statements.newest_mark_sql), [[{"seq": 12}]]),
         (hot("marks", [marks_key("t")]), 12),
+        (cold(ctx.statements.newest_mark_sql), [[{"seq": 12}]]),
     ])
     assert script.run(hot_tier.apply_marks(ctx)) == 0
     assert script.done
@@ -63,7 +65,6 @@ def test_a_poll_that_cannot_reach_redis_opens_the_breaker_and_waits_an_interval(
     """poll_marks with Redis failing: the caller's operation goes on (no error), the
     breaker opens and the next poll is one interval away, not due at once."""
     script = Script([
-        (cold(ctx.statements.newest_mark_sql), [[{"seq": 3}]]),
         (hot("marks"), hot_down()),
     ])
     script.run(hot_tier.poll_marks(ctx))

@@ -67,6 +67,6 @@ def test_copy_rebuilds_the_targets_heads_and_drops_only_the_target(ctx: Context)
     script.run(ops.copy_thread(ctx, "a", "b"))
     assert script.done
     _, copy, _, heads = script.requests[2].statements
-    assert copy.params == {"source": "a", "target": "b"}
+    assert copy.params == {"source": "a", "target": "b", "up_to": None}
     assert heads.params == {"thread_ids": ["b"]}
     assert script.requests[3].args[1] == 50
