@@ -1,7 +1,8 @@
 """langgraph-durable: LangGraph agents that survive crashes, restarts and long pauses."""
 
+from langgraph_durable._core.context import SweepReport
 from langgraph_durable._core.ledger.model import LedgerRecord
-from langgraph_durable.config import SaverConfig
+from langgraph_durable.config import Retention, SaverConfig
 from langgraph_durable.errors import (
     ConfigurationError,
     CorruptStateError,
@@ -29,9 +30,11 @@ __all__ = [
     "IdempotencyConflictError",
     "Ledger",
     "LedgerRecord",
+    "Retention",
     "SaverConfig",
     "SchemaVersionError",
     "SerializationError",
+    "SweepReport",
     "ThreadConflictError",
     "TierUnavailableError",
     "ToolCallError",

@@ -11,6 +11,7 @@ Look at what a `DurableSaver` stored, check the servers, run the crash-and-resum
     langgraph-durable resolve KEY OUTCOME         # settle an uncertain tool call
     langgraph-durable fork THREAD CHECKPOINT      # a new thread that resumes from a checkpoint
     langgraph-durable dead-letters list           # write-behind entries Postgres rejected
+    langgraph-durable sweep --max-idle 30d        # apply a retention policy (--dry-run)
     langgraph-durable demo                        # kill an agent mid-run, resume it
 
 Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
@@ -46,8 +47,8 @@ from rich.text import Text
 
 from langgraph_durable._cli import actions, queries, views
 from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
-from langgraph_durable._cli.target import Target
-from langgraph_durable.config import mask_url
+from langgraph_durable._cli.target import Target, parse_duration
+from langgraph_durable.config import Retention, mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -93,6 +94,15 @@ Mode = Annotated[str, typer.Option(
     help="The savers' write mode: through or behind.")]
 Namespace = Annotated[str | None, typer.Option(
     "--ns", help="Checkpoint namespace (subgraphs); default: the root graph's.")]
+MaxIdle = Annotated[str | None, typer.Option(
+    "--max-idle", envvar="LGD_MAX_IDLE", show_envvar=True,
+    help="Delete threads not written for this long (e.g. 30d, 12h, 3600).")]
+MaxAge = Annotated[str | None, typer.Option(
+    "--max-age", envvar="LGD_MAX_AGE", show_envvar=True,
+    help="Delete checkpoints older than this, keeping each namespace's latest.")]
+KeepLast = Annotated[int | None, typer.Option(
+    "--keep-last", envvar="LGD_KEEP_LAST", show_envvar=True,
+    help="Keep the newest N checkpoints of each namespace.")]
 DataDir = Annotated[Path | None, typer.Option(
     "--data-dir", envvar="LGD_DATA_DIR", show_envvar=True,
     help="Data directory of the embedded servers.")]
@@ -167,8 +177,19 @@ def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
 
 
 def _target(redis_url: str | None, postgres_url: str | None, schema: str, prefix: str,
-            write_mode: str = "through") -> Target:
-    return Target(redis_url, postgres_url, schema, prefix, write_mode)
+            write_mode: str = "through", retention: Retention | None = None) -> Target:
+    return Target(redis_url, postgres_url, schema, prefix, write_mode, retention)
+
+
+def _retention(max_idle: str | None, max_age: str | None, keep_last: int | None,
+               **options: Any) -> Retention | None:
+    """The policy the options describe (``None`` when they set none)."""
+    if max_idle is None and max_age is None and keep_last is None:
+        return None
+    return Retention(
+        max_idle=None if max_idle is None else parse_duration(max_idle, "--max-idle"),
+        max_age=None if max_age is None else parse_duration(max_age, "--max-age"),
+        keep_last=keep_last, **options)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -340,24 +361,58 @@ def fork(
 def flush(
     follow: Annotated[bool, typer.Option(
         "--follow", help="Keep draining as new writes arrive, until Ctrl-C.")] = False,
+    max_idle: MaxIdle = None, max_age: MaxAge = None, keep_last: KeepLast = None,
+    sweep_every: Annotated[str, typer.Option(
+        "--sweep-every", help="With --follow and a policy: how often to sweep.")] = "5m",
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
-    """Drain the write-behind journal into Postgres (once, or continuously with --follow)."""
-    target = _target(redis_url, postgres_url, schema, prefix, "behind")
-    with _failures(), _open(target) as saver:
-        before = saver.health()["flush"]["unflushed"]
-        started = time.monotonic()
-        if follow:
-            console.print(f"flushing the journal of prefix {prefix!r} into schema {schema!r} "
-                          "every flush interval; Ctrl-C stops")
-            moved = run_flusher(saver, follow=True)  # returns on SIGINT / SIGTERM
-        else:
-            with console.status("flushing the write-behind journal…"):
-                moved = run_flusher(saver, follow=False)
-        after = saver.health()["flush"]["unflushed"]
-        console.print(f"flushed in {time.monotonic() - started:.2f}s: {moved} journal entries; "
-                      f"unflushed {before} → {after}")
+    """Drain the write-behind journal into Postgres (once, or continuously with --follow,
+    sweeping by the retention policy given)."""
+    with _failures():
+        retention = _retention(max_idle, max_age, keep_last,
+                               interval=parse_duration(sweep_every, "--sweep-every"))
+        target = _target(redis_url, postgres_url, schema, prefix, "behind", retention)
+        with _open(target) as saver:
+            before = saver.health()["flush"]["unflushed"]
+            started = time.monotonic()
+            if follow:
+                swept = "" if retention is None else f", sweeping every {sweep_every}"
+                console.print(f"flushing the journal of prefix {prefix!r} into schema "
+                              f"{schema!r} every flush interval{swept}; Ctrl-C stops")
+                moved = run_flusher(saver, follow=True)  # returns on SIGINT / SIGTERM
+            else:
+                with console.status("flushing the write-behind journal…"):
+                    moved = run_flusher(saver, follow=False)
+            after = saver.health()["flush"]["unflushed"]
+            console.print(f"flushed in {time.monotonic() - started:.2f}s: {moved} journal "
+                          f"entries; unflushed {before} → {after}")
+
+
+@app.command()
+def sweep(
+    max_idle: MaxIdle = None, max_age: MaxAge = None, keep_last: KeepLast = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only count what a sweep would delete.")] = False,
+    expire_interrupted: Annotated[bool, typer.Option(
+        "--expire-interrupted", help="--max-idle deletes threads waiting at an interrupt "
+        "too.")] = False,
+    keep_ledger: Annotated[bool, typer.Option(
+        "--keep-ledger", help="Keep the tool ledger records of deleted threads.")] = False,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd",
+) -> None:
+    """Apply a retention policy once: delete idle threads and old checkpoints from both
+    tiers, keeping what DeltaChannel values and pending interrupts need."""
+    with _failures():
+        retention = _retention(max_idle, max_age, keep_last,
+                               keep_interrupted=not expire_interrupted, keep_ledger=keep_ledger)
+        if retention is None:
+            raise ConfigurationError("sweep needs a policy: --max-idle, --max-age or --keep-last")
+        with _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
+            with console.status("sweeping…"):
+                report = saver.sweep(retention, dry_run=dry_run)
+            console.print(views.sweep_summary(report), markup=False)
 
 
 @dead_letters_app.command("list")

@@ -85,6 +85,59 @@ def seconds(value: float | timedelta) -> float:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Retention:
+    """What a sweep deletes from both tiers (``DurableSaver(retention=...)``).
+
+    Every policy keeps each namespace's latest checkpoint with what its `DeltaChannel`
+    values need (the ancestors back to each channel's stored snapshot) and its pending
+    writes (an unresolved interrupt among them). Unset policies delete nothing.
+
+    Attributes:
+        max_idle: delete whole threads (both tiers, and their tool ledger records unless
+            ``keep_ledger``) not written for this long. ``None``: never.
+        max_age: delete checkpoints older than this, keeping what is said above.
+            ``None``: never.
+        keep_last: keep the newest N checkpoints of each namespace (and what they need),
+            delete the older ones. ``None``: keep all.
+        keep_interrupted: ``max_idle`` spares a thread waiting at an ``interrupt()`` (its
+            latest checkpoint holds an interrupt) so a human can still answer it. ``False``
+            expires those too.
+        keep_ledger: ``max_idle`` leaves the tool ledger records of deleted threads.
+        interval: how often the flush worker (``langgraph-durable flush --follow``) sweeps.
+        batch: threads examined per step; each step is a few short transactions.
+    """
+
+    max_idle: float | timedelta | None = None
+    max_age: float | timedelta | None = None
+    keep_last: int | None = None
+    keep_interrupted: bool = True
+    keep_ledger: bool = False
+    interval: float | timedelta = 300.0
+    batch: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("max_idle", "max_age"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, (int, float, timedelta)) or seconds(value) <= 0
+            ):
+                raise ConfigurationError(f"Retention.{name} must be a positive duration or None")
+        if self.keep_last is not None and (
+            not isinstance(self.keep_last, int) or self.keep_last < 1
+        ):
+            raise ConfigurationError("Retention.keep_last must be at least 1 (or None)")
+        if seconds(self.interval) <= 0:
+            raise ConfigurationError("Retention.interval must be positive")
+        if not isinstance(self.batch, int) or not 1 <= self.batch <= 10_000:
+            raise ConfigurationError("Retention.batch must be between 1 and 10000")
+
+    @property
+    def active(self) -> bool:
+        """Whether any policy is set (a sweep without one deletes nothing)."""
+        return self.max_idle is not None or self.max_age is not None or self.keep_last is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SaverConfig:
     """Every setting of a `DurableSaver`.
 
@@ -142,6 +195,13 @@ class SaverConfig:
             rebuild besides LangGraph's safe set (messages, ``Send``, ``Interrupt``,
             datetime, uuid, decimal, ...): the application's pydantic models, dataclasses
             and enums kept in state. A stored value naming any other type is refused.
+        retention: what sweeps delete (`Retention`); ``None`` sweeps nothing.
+        compress_above: values whose serialized form is larger than this many bytes are
+            stored zstd-compressed (inside the sealed frame, in both tiers); ``0`` never
+            compresses.
+        max_checkpoint_bytes: the most serialized bytes one ``put`` may store (its new
+            channel values and the checkpoint itself); a larger one raises
+            `SerializationError` naming its largest channel, before anything is stored.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -170,9 +230,16 @@ class SaverConfig:
     encryption: Mapping[str, bytes] | None = field(default=None, repr=False)
     encryption_key_id: str | None = None
     allowed_types: Collection[type | tuple[str, ...]] = ()
+    retention: Retention | None = None
+    compress_above: int = 4096
+    max_checkpoint_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         self._check_keys()
+        if self.retention is not None and not isinstance(self.retention, Retention):
+            raise ConfigurationError("retention must be a Retention(...) or None")
+        if self.compress_above < 0:
+            raise ConfigurationError("compress_above must not be negative (0: never compress)")
         if self.write_mode not in ("through", "behind"):
             raise ConfigurationError(
                 f"write_mode must be 'through' or 'behind', not {self.write_mode!r}"
@@ -219,6 +286,7 @@ class SaverConfig:
             "flush_batch",
             "flush_batch_bytes",
             "max_unflushed_bytes",
+            "max_checkpoint_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1")

@@ -1,4 +1,5 @@
-"""Write-behind flushers: a background thread inside each saver, and a standalone worker.
+"""Write-behind flushers: a background thread inside each saver, and a standalone worker
+that also sweeps (`Sweeper`) when the saver has a retention policy.
 
 The in-process flusher is a thread for sync and async callers alike: event loops come and
 go (``asyncio.run`` twice in a script), and a task would die with its loop and leave
@@ -16,6 +17,7 @@ from types import FrameType
 from typing import Protocol
 
 from langgraph_durable._core import journal
+from langgraph_durable._core.sweep import sweep
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import DurableError, TierUnavailableError
@@ -78,13 +80,59 @@ class BackgroundFlusher:
             self._thread.join(timeout=30)
 
 
+class Sweeper:
+    """Applies the saver's `Retention` every ``interval`` on a daemon thread (its own, so
+    a long sweep never holds up flushing) until stopped; the first sweep runs at once."""
+
+    def __init__(self, engine: Engine) -> None:
+        retention = engine.config.retention
+        if retention is None:
+            raise ValueError("Sweeper needs a saver configured with a retention policy")
+        self._engine = engine
+        self._retention = retention
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name="langgraph-durable-sweeper", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        interval = seconds(self._retention.interval)
+        while not self._stop.is_set():
+            try:
+                report = self._engine.run(sweep(self._engine.context, self._retention))
+            except TierUnavailableError as exc:
+                logger.warning("sweeper: %s; sweeping again in %.0fs", exc, interval)
+            except Exception:
+                logger.exception("sweeper: unexpected error; sweeping again in %.0fs", interval)
+            else:
+                if report.rows:
+                    logger.info(
+                        "sweeper: %d threads deleted, %d pruned, %d rows (%d bytes) in %.1fs",
+                        report.threads_deleted,
+                        report.threads_pruned,
+                        report.rows,
+                        report.bytes,
+                        report.seconds,
+                    )
+            self._stop.wait(interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
+
+
 def run_flusher(
     saver: HasEngine, *, follow: bool = False, stop: threading.Event | None = None
 ) -> int:
     """Standalone worker (``python -m langgraph_durable flush [--follow]``).
 
     Drains the journal and returns; with ``follow``, keeps draining every
-    ``flush_interval`` until SIGINT/SIGTERM or ``stop`` is set. Returns entries moved.
+    ``flush_interval`` until SIGINT/SIGTERM or ``stop`` is set, and sweeps every
+    ``Retention.interval`` when the saver has a retention policy. Returns entries moved.
     """
     stop = stop or threading.Event()
     if follow and threading.current_thread() is threading.main_thread():
@@ -97,7 +145,20 @@ def run_flusher(
     engine = saver.engine
     moved = 0 if follow else drain(engine)
     interval = seconds(engine.config.flush_interval)
-    while follow and not stop.is_set():
+    sweeper = Sweeper(engine) if follow and engine.config.retention is not None else None
+    if sweeper is not None:
+        sweeper.start()
+    try:
+        moved += _follow(engine, stop, interval) if follow else 0
+    finally:
+        if sweeper is not None:
+            sweeper.stop()
+    return moved
+
+
+def _follow(engine: Engine, stop: threading.Event, interval: float) -> int:
+    moved = 0
+    while not stop.is_set():
         try:
             moved += drain(engine)
         except TierUnavailableError as exc:

@@ -9,17 +9,20 @@ read when your exporter (Prometheus, OTLP, ...) collects; it needs the ``[otel]`
     instrument(saver)                       # the global MeterProvider
     instrument(saver, meter_provider=mp)    # or yours
 
-==================================== ============== ======= ========================
-instrument                           kind           unit    attributes
-==================================== ============== ======= ========================
-langgraph_durable.tier.reachable     gauge          1       tier = hot | cold
-langgraph_durable.hot.breaker.open   gauge          1
-langgraph_durable.hot.breaker.trips  counter        {trip}
-langgraph_durable.flush.lag          gauge          s       (absent when nothing waits)
-langgraph_durable.flush.unflushed    up-down count  {entry}
-langgraph_durable.persist.latency    gauge          ms      tier, quantile = p50 | p99
-langgraph_durable.ledger.calls       up-down count  {call}  status
-==================================== ============== ======= ========================
+============================================ ============== ======== ============================
+instrument                                   kind           unit     attributes
+============================================ ============== ======== ============================
+langgraph_durable.tier.reachable             gauge          1        tier = hot | cold
+langgraph_durable.hot.breaker.open           gauge          1
+langgraph_durable.hot.breaker.trips          counter        {trip}
+langgraph_durable.flush.lag                  gauge          s        (absent when nothing waits)
+langgraph_durable.flush.unflushed            up-down count  {entry}
+langgraph_durable.persist.latency            gauge          ms       tier, quantile = p50 | p99
+langgraph_durable.ledger.calls               up-down count  {call}   status
+langgraph_durable.retention.rows_reclaimed   counter        {row}
+langgraph_durable.retention.bytes_reclaimed  counter        By
+langgraph_durable.retention.threads_deleted  counter        {thread}
+============================================ ============== ======== ============================
 
 Every observation also carries ``lgd.schema`` and ``lgd.key_prefix``, so several savers in
 one process stay apart. One collection calls ``saver.health()`` once (it is cached for
@@ -120,11 +123,11 @@ def _flush_lag(report: Report) -> Iterable[tuple[float, Attributes]]:
         yield lag, {}
 
 
-def _flush_field(key: str) -> Reader:
-    """A reader of one number of the report's ``flush`` section."""
+def _field(section: str, key: str) -> Reader:
+    """A reader of one number of one section of the report."""
 
     def read(report: Report) -> Iterable[tuple[float, Attributes]]:
-        if (value := _number(_section(report, "flush").get(key))) is not None:
+        if (value := _number(_section(report, section).get(key))) is not None:
             yield value, {}
 
     return read
@@ -151,14 +154,21 @@ _INSTRUMENTS: tuple[tuple[str, str, str, str, Reader], ...] = (
      _breaker_trips),
     ("flush.lag", "gauge", "s", "age of the oldest write not yet in Postgres", _flush_lag),
     ("flush.unflushed", "updown", "{entry}", "write-behind journal entries not yet in Postgres",
-     _flush_field("unflushed")),
+     _field("flush", "unflushed")),
     ("flush.unflushed_bytes", "updown", "By", "payload bytes of those entries",
-     _flush_field("unflushed_bytes")),
+     _field("flush", "unflushed_bytes")),
     ("flush.dead_letters", "updown", "{entry}",
      "write-behind entries Postgres rejected, waiting for an operator",
-     _flush_field("dead_letters")),
+     _field("flush", "dead_letters")),
     ("persist.latency", "gauge", "ms", "request latency percentiles per tier", _latency),
     ("ledger.calls", "updown", "{call}", "tool calls in the ledger by status", _ledger),
+    ("retention.rows_reclaimed", "counter", "{row}",
+     "rows this process's sweeps deleted (checkpoints, writes, values, tool calls)",
+     _field("retention", "rows_reclaimed")),
+    ("retention.bytes_reclaimed", "counter", "By", "stored bytes of those rows",
+     _field("retention", "bytes_reclaimed")),
+    ("retention.threads_deleted", "counter", "{thread}", "idle threads sweeps deleted",
+     _field("retention", "threads_deleted")),
 )
 
 

@@ -31,13 +31,15 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import hot, journal, migrate, ops
+from langgraph_durable._core.context import SweepReport
 from langgraph_durable._core.ledger.sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._core.strict import default_serde
+from langgraph_durable._core.sweep_sql import RETENTION_MIGRATIONS
 from langgraph_durable._tiers.engine import Engine
-from langgraph_durable.config import SaverConfig, WriteMode, seconds
-from langgraph_durable.errors import DurableError, TierUnavailableError
+from langgraph_durable.config import Retention, SaverConfig, WriteMode, seconds
+from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 from langgraph_durable.flusher import BackgroundFlusher
 from langgraph_durable.ledger import Ledger
 
@@ -116,7 +118,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
     @property
     def migrations(self) -> tuple[Migration, ...]:
         """Every schema migration `setup` applies."""
-        return tuple(sorted(CORE_MIGRATIONS + LEDGER_MIGRATIONS, key=lambda m: m.version))
+        return tuple(
+            sorted(
+                CORE_MIGRATIONS + LEDGER_MIGRATIONS + RETENTION_MIGRATIONS,
+                key=lambda m: m.version,
+            )
+        )
 
     @property
     def ledger(self) -> Ledger:
@@ -449,6 +456,34 @@ class DurableSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async twin of `prune`."""
         await self.engine.arun(ops.prune(self._ctx, thread_ids, strategy))
+
+    def sweep(self, retention: Retention | None = None, *, dry_run: bool = False) -> SweepReport:
+        """Delete, from both tiers, what ``retention`` (default: the saver's) no longer
+        keeps; with ``dry_run``, only count it. Safe while graphs run and with several
+        sweepers at once; a thread busy with a writer is left for the next sweep.
+
+        Raises:
+            ConfigurationError: no retention is configured or given.
+            TierUnavailableError: Redis or Postgres cannot be reached.
+        """
+        return self.engine.run(ops.sweep(self._ctx, self._retention(retention), dry_run=dry_run))
+
+    async def asweep(
+        self, retention: Retention | None = None, *, dry_run: bool = False
+    ) -> SweepReport:
+        """Async twin of `sweep`."""
+        return await self.engine.arun(
+            ops.sweep(self._ctx, self._retention(retention), dry_run=dry_run)
+        )
+
+    def _retention(self, retention: Retention | None) -> Retention:
+        chosen = retention or self.config.retention
+        if chosen is None:
+            raise ConfigurationError(
+                "no retention policy: pass DurableSaver(retention=Retention(max_idle=...)) "
+                "or sweep(Retention(...))"
+            )
+        return chosen
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Monotonic, sortable version strings (as `InMemorySaver` makes them)."""

@@ -58,6 +58,7 @@ def test_every_documented_key_becomes_an_observation() -> None:
                   "dead_letters": 2},
         "latency_ms": {"hot_p50": 0.4, "hot_p99": 2.0, "cold_p50": 1.2, "cold_p99": None},
         "ledger": {"succeeded": 4, "uncertain": 1},
+        "retention": {"rows_reclaimed": 12, "bytes_reclaimed": 4096, "threads_deleted": 2},
     })
     found = collect(source, attributes={"service": "test"})
     assert source.calls == 1
@@ -74,6 +75,9 @@ def test_every_documented_key_becomes_an_observation() -> None:
     assert latency == {("hot", "p50"): 0.4, ("hot", "p99"): 2.0, ("cold", "p50"): 1.2}
     ledger = {a["status"]: v for a, v in found[prefix + "ledger.calls"]}
     assert ledger == {"succeeded": 4.0, "uncertain": 1.0}
+    assert found[prefix + "retention.rows_reclaimed"] == [({"service": "test"}, 12.0)]
+    assert found[prefix + "retention.bytes_reclaimed"] == [({"service": "test"}, 4096.0)]
+    assert found[prefix + "retention.threads_deleted"] == [({"service": "test"}, 2.0)]
 
 
 def test_a_failing_health_report_yields_no_observations(caplog: pytest.LogCaptureFixture) -> None:

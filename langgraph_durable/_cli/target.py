@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from langgraph_durable.config import SaverConfig
+from langgraph_durable.config import Retention, SaverConfig
+from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.saver import DurableSaver
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds in ``90``, ``90s``, ``15m``, ``12h``, ``30d`` or ``2w``.
+
+    Raises:
+        ConfigurationError: ``text`` is none of those.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise ConfigurationError(
+            f"{option} takes a duration such as 3600, 90m, 12h, 30d or 2w; got {text!r}"
+        )
+    return float(match[1]) * _UNITS[match[2]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +36,7 @@ class Target:
     schema: str
     prefix: str
     write_mode: str = "through"
+    retention: Retention | None = None
 
     def config(self) -> SaverConfig:
         """The saver configuration, with the URLs resolved (flag, then env, then default).
@@ -35,5 +55,5 @@ class Target:
         return DurableSaver(
             config.redis_url, config.postgres_url, schema=config.schema,
             key_prefix=config.key_prefix, write_mode=config.write_mode,
-            pool_timeout=config.pool_timeout,
+            pool_timeout=config.pool_timeout, retention=self.retention,
         )

@@ -22,7 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from langgraph_durable import LedgerRecord
+from langgraph_durable import LedgerRecord, SweepReport
 
 Status = Literal["ok", "warn", "fail", "info"]
 _MARK: dict[Status, tuple[str, str]] = {
@@ -410,3 +410,19 @@ def _yes(flag: bool | None) -> Text:
     if flag is None:
         return Text("?", style="dim")
     return Text("●", style="green") if flag else Text("·", style="dim")
+
+
+def sweep_summary(report: SweepReport) -> str:
+    """What a sweep did (or would do, for a dry run), in a few lines."""
+    verb = "would delete" if report.dry_run else "deleted"
+    lines = [
+        f"examined {report.threads_examined} threads in {report.seconds:.2f}s",
+        f"{verb}: {report.threads_deleted} idle threads, older checkpoints of "
+        f"{report.threads_pruned} threads; {report.checkpoints} checkpoints",
+    ]
+    if not report.dry_run:
+        lines.append(f"rows: {report.writes} writes, {report.blobs} values, {report.ledger} "
+                     f"tool calls; {human_bytes(report.bytes)} reclaimed")
+    if report.threads_busy:
+        lines.append(f"left for the next sweep: {report.threads_busy} threads busy with a writer")
+    return "\n".join(lines)

@@ -1,10 +1,13 @@
 """Blob framing shared by both tiers: the same bytes live in Redis and in Postgres.
 
-A frame's body is ``len(type)(1) | type | payload``, where ``(type, payload)`` is what the
-serializer's ``dumps_typed`` returned. Without a key the frame is
-``version(1) | xxh3_64(body)(8, big-endian) | body``; with one, `_core.seal` seals the body
-to its place. Because both tiers hold identical frames, a blob that fails verification in
-one tier can be repaired from the other byte for byte.
+A frame's body is ``flags+len(type)(1) | type | payload``, where ``(type, payload)`` is what
+the serializer's ``dumps_typed`` returned. The first byte's high bit (`COMPRESSED`) says the
+payload is a zstd frame; type tags are at most 127 bytes, so bodies written before
+compression existed read unchanged. Compression happens inside the body, so the checksum,
+HMAC or encryption covers the compressed bytes and both tiers hold the same frame.
+Without a key the frame is ``version(1) | xxh3_64(body)(8, big-endian) | body``; with one,
+`_core.seal` seals the body to its place. Because both tiers hold identical frames, a blob
+that fails verification in one tier can be repaired from the other byte for byte.
 """
 
 from __future__ import annotations
@@ -14,32 +17,63 @@ import math
 from typing import Any
 
 import xxhash
+import zstandard
 
 FRAME_VERSION = 1
 _HEADER = 9
+COMPRESSED = 0x80
+_MAX_TYPE = 0x7F
+# A compressed payload must say its size, and may not inflate past this (a bound on what
+# a damaged or hostile frame can make a reader allocate).
+MAX_INFLATED = 1 << 31
+_LEVEL = 3
 
 
 class FrameError(Exception):
     """A frame is truncated, of an unknown version, or fails its checksum."""
 
 
-def frame_body(type_: str, payload: bytes) -> bytes:
-    """``len(type) | type | payload``: what a seal (`_core.seal`) protects."""
+def frame_body(type_: str, payload: bytes, compress_above: int = 0) -> bytes:
+    """``flags+len(type) | type | payload``: what a seal (`_core.seal`) protects. A payload
+    longer than ``compress_above`` bytes (``0``: never) is stored zstd-compressed when
+    that makes it smaller."""
     type_bytes = type_.encode()
-    if len(type_bytes) > 255:
+    if len(type_bytes) > _MAX_TYPE:
         raise ValueError(f"serializer type tag too long: {type_!r}")
-    return bytes((len(type_bytes),)) + type_bytes + payload
+    flags = len(type_bytes)
+    if 0 < compress_above < len(payload):
+        packed = zstandard.ZstdCompressor(level=_LEVEL).compress(payload)
+        if len(packed) < len(payload):
+            flags, payload = flags | COMPRESSED, packed
+    return bytes((flags,)) + type_bytes + payload
 
 
 def split_body(body: bytes | memoryview) -> tuple[str, bytes]:
-    """The ``(type, payload)`` of a frame body.
+    """The ``(type, payload)`` of a frame body, its payload decompressed if need be.
 
     Raises:
-        FrameError: the body ends inside its type tag.
+        FrameError: the body ends inside its type tag, or its compressed payload is
+            damaged or would inflate past `MAX_INFLATED`.
     """
-    if not body or 1 + body[0] > len(body):
+    if not body:
         raise FrameError("frame truncated inside its type tag")
-    return bytes(body[1 : 1 + body[0]]).decode(), bytes(body[1 + body[0] :])
+    size = body[0] & _MAX_TYPE
+    if 1 + size > len(body):
+        raise FrameError("frame truncated inside its type tag")
+    type_, payload = bytes(body[1 : 1 + size]).decode(), bytes(body[1 + size :])
+    if body[0] & COMPRESSED:
+        payload = _inflate(payload)
+    return type_, payload
+
+
+def _inflate(payload: bytes) -> bytes:
+    try:
+        size = zstandard.frame_content_size(payload)
+        if not 0 <= size <= MAX_INFLATED:
+            raise FrameError(f"compressed payload of unknown or excessive size ({size})")
+        return zstandard.ZstdDecompressor().decompress(payload)
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"compressed payload does not decompress: {exc}") from exc
 
 
 def checksummed(body: bytes) -> bytes:

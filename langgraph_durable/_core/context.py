@@ -12,7 +12,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -180,6 +180,70 @@ class TupleCache:
         self._lock = threading.Lock()
 
 
+@dataclass(slots=True, kw_only=True)
+class SweepReport:
+    """What one sweep did (or, with ``dry_run``, would do).
+
+    Attributes:
+        dry_run: nothing was deleted; the counts say what a sweep would delete now.
+        threads_examined: threads the sweep looked at.
+        threads_deleted: idle threads deleted whole.
+        threads_pruned: threads whose older checkpoints were deleted.
+        threads_busy: threads left for a later sweep (a writer was at work, or write-behind
+            entries of theirs waited for a flush, or another sweeper held them).
+        checkpoints: checkpoints deleted.
+        writes: pending writes deleted.
+        blobs: channel values deleted.
+        ledger: tool ledger records deleted with their threads.
+        bytes: stored bytes of those rows (a dry run counts none).
+        seconds: how long the sweep took.
+    """
+
+    dry_run: bool = False
+    threads_examined: int = 0
+    threads_deleted: int = 0
+    threads_pruned: int = 0
+    threads_busy: int = 0
+    checkpoints: int = 0
+    writes: int = 0
+    blobs: int = 0
+    ledger: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        """Every row deleted: checkpoints, writes, blobs and ledger records."""
+        return self.checkpoints + self.writes + self.blobs + self.ledger
+
+
+@dataclass(slots=True)
+class SweepTotals:
+    """What the sweeps of this process reclaimed, for ``health()`` and metrics."""
+
+    sweeps: int = 0
+    threads_deleted: int = 0
+    threads_pruned: int = 0
+    rows_reclaimed: int = 0
+    bytes_reclaimed: int = 0
+    last_sweep_at: float | None = None
+    last_sweep_seconds: float | None = None
+
+    def add(self, report: SweepReport) -> None:
+        if report.dry_run:
+            return
+        self.sweeps += 1
+        self.threads_deleted += report.threads_deleted
+        self.threads_pruned += report.threads_pruned
+        self.rows_reclaimed += report.rows
+        self.bytes_reclaimed += report.bytes
+        self.last_sweep_at = time.time()
+        self.last_sweep_seconds = round(report.seconds, 3)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass(slots=True)
 class Context:
     """Everything an operation needs besides I/O."""
@@ -193,6 +257,7 @@ class Context:
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
     seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
+    sweeps: SweepTotals = field(default_factory=SweepTotals)
 
     def forked(self, consumer: str) -> None:
         """In a child after ``fork()``: its own name in the journal's group (the parent's
@@ -204,7 +269,7 @@ class Context:
     @property
     def codec(self) -> Codec:
         """The serializer and the seal: what stored frames are made and read with."""
-        return Codec(self.serde, self.seal)
+        return Codec(self.serde, self.seal, self.config.compress_above)
 
     @property
     def ttl_ms(self) -> int:

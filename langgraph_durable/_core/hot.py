@@ -30,13 +30,13 @@ from langgraph_durable._core.keys import (
     journal_key,
     marks_key,
 )
-from langgraph_durable._core.requests import Cold, Hot, Op, Statement
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
 
 
-def try_hot(ctx: Context, request: Hot) -> Op[Any]:
+def try_hot(ctx: Context, request: Hot | HotBatch) -> Op[Any]:
     """Run a hot request if the breaker allows; ``None`` when Redis is bypassed or fails."""
     if not ctx.breaker.allows():
         return None
@@ -115,6 +115,16 @@ def drop(ctx: Context, keys: ThreadKeys, token: str | None, tombstone: int) -> O
             _drop_request(ctx, keys, token or "", tombstone, only_flushed=False),
         )
     )
+
+
+def drop_many(ctx: Context, dropped: Sequence[tuple[ThreadKeys, str]], tombstone: int) -> Op[Any]:
+    """`drop` for several threads (each with its intent token) in one round trip."""
+    if not dropped:
+        return None
+    requests = tuple(
+        _drop_request(ctx, keys, token, tombstone, only_flushed=False) for keys, token in dropped
+    )
+    return (yield from try_hot(ctx, HotBatch(requests)))
 
 
 def _drop_request(

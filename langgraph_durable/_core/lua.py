@@ -145,6 +145,22 @@ redis.call('PERSIST', KEYS[1])
 return redis.call('EXISTS', KEYS[2])
 """
 
+# A sweep's claim on a thread before it deletes any of it: an intent, taken only while no
+# live writer holds one and no write-behind entry of the thread waits for a flush. While it
+# is held, reads go to Postgres and write-behind writes go through Postgres (see the put
+# scripts), whose row locks order them with the sweep's transaction; a second sweeper
+# finds the intent and leaves the thread alone. Released by the drop that follows.
+# KEYS[1] intents  KEYS[2] the thread's unflushed hash  ARGV[1] token
+# ARGV[2] deadline (ms since epoch)  ARGV[3] now (ms since epoch)
+# returns 1 if claimed, 0 if the thread is busy
+FENCE_SCRIPT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('ZCOUNT', KEYS[1], ARGV[3], '+inf') > 0 then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('PERSIST', KEYS[1])
+return 1
+"""
+
 # Shared body of the two put scripts: store one checkpoint and the blobs it introduces,
 # then keep the namespace's hot history bounded: once it holds twice `keep` checkpoints,
 # the oldest are dropped down to `keep` (never one with unflushed entries), with every
@@ -157,9 +173,10 @@ return redis.call('EXISTS', KEYS[2])
 # version rises to the committed one.
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
-# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot or a
-# write-through write of the thread is in flight (the caller then writes through Postgres,
-# which knows the head; its intent tells it whether to drain the journal first).
+# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot or (any
+# write-behind put) a write-through write or a sweep of the thread is in flight (the caller
+# then writes through Postgres, which knows the head; its intent tells it whether to drain
+# the journal first).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -182,10 +199,11 @@ if version > 0 then
     return 0
   end
 end
+-- write-behind while a write through Postgres (or a sweep) is in flight on the thread (its
+-- intent): Postgres orders the two
+if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
 if ARGV[12] == '1' then
   local cold = {'cold'}
-  -- a write going through Postgres is in flight (its intent): Postgres orders the two
-  if redis.call('ZCARD', KEYS[1]) > 0 then return cold end
   if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return cold end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1)
   if #last == 0 then return cold end
@@ -289,6 +307,8 @@ PUT_BEHIND_SCRIPT = _journaled(
 # a miss until the put completes it.
 # Write-through: a write older than the thread's tombstone changes nothing; one older
 # than the namespace's version adds its ordinary writes but does not replace special ones.
+# Write-behind: replies {"cold"} while a write through Postgres or a sweep of the thread
+# is in flight (its intent), so Postgres orders the two.
 # KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry  KEYS[4] the thread's unflushed hash
 # KEYS[5] index(ns)  KEYS[6] blobs(ns)  KEYS[7] versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -301,6 +321,7 @@ local version = tonumber(ARGV[4])
 local function done()
   if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 end
+if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
 local newest, tomb = held(KEYS[7], ARGV[5])
 if version > 0 and version < tomb then done() return 0 end
 local late = version > 0 and version < newest

@@ -16,6 +16,7 @@ from langgraph_durable._core.delta import delta_channel_history
 from langgraph_durable._core.hot import poll_marks, recover_hot
 from langgraph_durable._core.reads import get_tuple, list_checkpoints
 from langgraph_durable._core.requests import Op
+from langgraph_durable._core.sweep import sweep
 from langgraph_durable._core.writes import (
     copy_thread,
     delete_for_runs,
@@ -39,12 +40,13 @@ __all__ = [
     "put",
     "put_writes",
     "recover_hot",
+    "sweep",
 ]
 
 
 def health(ctx: Context) -> Op[dict[str, Any]]:
-    """Reachability, breaker, flush backlog and lag, latency per tier and ledger outcome
-    counts, without raising when a tier is down."""
+    """Reachability, breaker, flush backlog and lag, latency per tier, ledger outcome
+    counts and what this process's sweeps reclaimed, without raising when a tier is down."""
     report: dict[str, Any] = {"write_mode": ctx.config.write_mode}
     try:
         state = yield from journal.journal_state(ctx)
@@ -73,4 +75,5 @@ def health(ctx: Context) -> Op[dict[str, Any]]:
         "policy": ctx.config.flush_policy,
     }
     report["latency_ms"] = ctx.latencies.percentiles()
+    report["retention"] = ctx.sweeps.snapshot()
     return report

@@ -115,16 +115,15 @@ class Damaged(Exception):
         self.channel = channel
 
 
-def _dump(
+def _serialize(
     codec: Codec,
     value: Any,
-    place: bytes,
     where: Location,
     checkpoint_id: str | None,
     channel: str | None,
-) -> bytes:
+) -> tuple[str, bytes]:
     try:
-        return codec.dump(value, place)
+        return codec.dumps_typed(value)
     except Exception as exc:
         raise SerializationError(
             f"cannot serialize the value of channel {channel!r} "
@@ -136,14 +135,50 @@ def _dump(
         ) from exc
 
 
+def _dump(
+    codec: Codec,
+    value: Any,
+    place: bytes,
+    where: Location,
+    checkpoint_id: str | None,
+    channel: str | None,
+) -> bytes:
+    return codec.frame(*_serialize(codec, value, where, checkpoint_id, channel), place)
+
+
+def _check_size(
+    sizes: dict[str | None, int], limit: int, where: Location, checkpoint_id: str
+) -> None:
+    """Refuse a checkpoint whose serialized values (``None``: the checkpoint's own body)
+    add up to more than ``limit`` bytes, naming its largest channel."""
+    total = sum(sizes.values())
+    if total <= limit:
+        return
+    channel = max(sizes, key=lambda c: sizes[c])
+    part = "the checkpoint itself" if channel is None else f"channel {channel!r}"
+    raise SerializationError(
+        f"checkpoint {checkpoint_id!r} of thread {where.thread_id!r} (namespace "
+        f"{where.checkpoint_ns!r}) would store {total:,} serialized bytes, over "
+        f"max_checkpoint_bytes ({limit:,}); the largest part is {part} with "
+        f"{sizes[channel]:,} bytes. Keep large data outside the graph state (store a "
+        "reference), or raise max_checkpoint_bytes",
+        thread_id=where.thread_id,
+        checkpoint_ns=where.checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        channel=channel,
+    )
+
+
 def encode_checkpoint(
     codec: Codec,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    max_bytes: int = 64 * 1024 * 1024,
 ) -> StoredCheckpoint:
-    """Encode a ``put``'s arguments; raises before any I/O if a value cannot be stored."""
+    """Encode a ``put``'s arguments; raises before any I/O if a value cannot be stored or
+    the put would store more than ``max_bytes`` serialized bytes."""
     where = locate(config)
     checkpoint_id = check_text(checkpoint["id"], "checkpoint id", MAX_NAME_BYTES)
     values: dict[str, Any] = checkpoint["channel_values"]
@@ -153,21 +188,18 @@ def encode_checkpoint(
         check_text(channel, "channel name", MAX_NAME_BYTES)
         check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
     t, ns = where.thread_id, where.checkpoint_ns
-    blobs = [
-        (
-            channel,
-            str(version),
-            _dump(
-                codec,
-                values[channel],
-                sealed_to(codec, blob_place, t, ns, channel, str(version)),
-                where,
-                checkpoint_id,
-                channel,
-            ),
-        )
+    serialized = {
+        channel: (str(version), _serialize(codec, values[channel], where, checkpoint_id, channel))
         for channel, version in new_versions.items()
         if channel in values
+    }
+    body_typed = _serialize(codec, body, where, checkpoint_id, None)
+    sizes: dict[str | None, int] = {c: len(typed[1]) for c, (_, typed) in serialized.items()}
+    sizes[None] = len(body_typed[1])
+    _check_size(sizes, max_bytes, where, checkpoint_id)
+    blobs = [
+        (ch, version, codec.frame(*typed, sealed_to(codec, blob_place, t, ns, ch, version)))
+        for ch, (version, typed) in serialized.items()
     ]
     meta = get_serializable_checkpoint_metadata(config, metadata)
     if problem := unstorable_json(meta, "metadata"):
@@ -194,13 +226,9 @@ def encode_checkpoint(
         run_id=check_text(str(run_id), "metadata run_id", MAX_NAME_BYTES)
         if run_id is not None
         else None,
-        frame=_dump(
-            codec,
-            body,
+        frame=codec.frame(
+            *body_typed,
             sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, where.checkpoint_id),
-            where,
-            checkpoint_id,
-            None,
         ),
         metadata=metadata_json,
         channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),

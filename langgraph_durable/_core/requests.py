@@ -18,6 +18,7 @@ T = TypeVar("T")
 ScriptName = Literal[
     "get",
     "intent",
+    "fence",
     "put",
     "put_writes",
     "warm",
@@ -46,6 +47,14 @@ class Hot:
 
 
 @dataclass(frozen=True, slots=True)
+class HotBatch:
+    """Run hot requests of different threads in one round trip (a pipeline, not a
+    transaction: each script is atomic on its own); the result is their replies in order."""
+
+    requests: tuple[Hot, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Statement:
     query: sql.Composable
     params: Mapping[str, Any]
@@ -71,5 +80,5 @@ class Pause:
     seconds: float
 
 
-Request = Hot | Cold | Pause
+Request = Hot | HotBatch | Cold | Pause
 Op = Generator[Request, Any, T]

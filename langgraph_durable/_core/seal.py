@@ -176,9 +176,12 @@ class Codec(SerializerProtocol):
     parts of the saver that store values only in Postgres (the tool ledger).
     """
 
-    def __init__(self, serde: SerializerProtocol, seal: Seal | None = None) -> None:
+    def __init__(
+        self, serde: SerializerProtocol, seal: Seal | None = None, compress_above: int = 0
+    ) -> None:
         self.serde = serde
         self.seal = seal or Seal()
+        self.compress_above = compress_above
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         return self.serde.dumps_typed(obj)
@@ -188,7 +191,11 @@ class Codec(SerializerProtocol):
 
     def dump(self, value: Any, where: bytes) -> bytes:
         """A sealed frame of ``value`` (the serializer's errors propagate)."""
-        return self.seal.seal(frame_body(*self.serde.dumps_typed(value)), where)
+        return self.frame(*self.serde.dumps_typed(value), where)
+
+    def frame(self, type_: str, payload: bytes, where: bytes) -> bytes:
+        """A sealed frame of a serialized ``(type, payload)``, compressed when large."""
+        return self.seal.seal(frame_body(type_, payload, self.compress_above), where)
 
     def open(self, frame: bytes, where: bytes) -> tuple[str, bytes]:
         """The ``(type, payload)`` of a frame sealed for ``where``.

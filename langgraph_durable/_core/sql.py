@@ -231,7 +231,7 @@ WITH head AS (
         SELECT 1 FROM {schema}.lgd_heads x
         WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-        head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
+        head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
     WHERE NOT %(cas)s OR h.head = %(parent_id)s OR h.head = EXCLUDED.head
        OR (h.head IS NULL AND %(parent_id)s::text IS NULL)
     RETURNING h.version, h.head
@@ -276,7 +276,8 @@ WITH bump AS (
     VALUES (%(thread_id)s, %(checkpoint_ns)s, """
     + _NEXT_VERSION
     + """)
-    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET version = EXCLUDED.version
+    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
+        version = EXCLUDED.version, written_at = now()
     RETURNING h.version
 ), special AS (
     INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
@@ -335,7 +336,7 @@ SELECT x.t, x.n, x.head, """
     + """
 FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(heads)b::text[]) AS x(t, n, head)
 ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-    head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version
+    head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
 RETURNING h.thread_id, h.checkpoint_ns, h.version
 """
 )
@@ -456,11 +457,27 @@ JOIN {schema}.lgd_writes s
 ON CONFLICT DO NOTHING
 """
 
+# For the rest of a transaction that reads or deletes many rows with per-row subqueries
+# (prune's scan and delete): the planner's estimates for them (a set-returning function per
+# row) pass the JIT threshold, and compiling costs seconds where running costs milliseconds.
+NO_JIT_SQL = "SET LOCAL jit = off"
+
+# First in a prune's transaction: the threads' head rows, locked in one order. A write in
+# flight on one of them finishes first (and the rebuilt heads then see its checkpoint); a
+# later one waits for the prune to commit. Without it, a write that commits while the
+# heads are rebuilt would have its head set back to the checkpoint before it.
+# %(thread_ids)s
+LOCK_HEADS_SQL = """
+SELECT 1 FROM {schema}.lgd_heads WHERE thread_id = ANY(%(thread_ids)s)
+ORDER BY thread_id, checkpoint_ns FOR UPDATE
+"""
+
 # The shape of each thread's history, for prune: ids, parents, delta counters, and for
 # each channel version whether a stored value (a snapshot or a plain value) exists.
 # %(thread_ids)s
 PRUNE_SCAN_SQL = """
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+       extract(epoch FROM now() - c.created_at)::float8 AS age,
        c.metadata -> 'counters_since_delta_snapshot' AS counters,
        ARRAY(SELECT v.key FROM jsonb_each_text(c.channel_versions) v
              CROSS JOIN LATERAL (
@@ -493,23 +510,31 @@ WITH keep AS (
       AND NOT EXISTS (SELECT 1 FROM keep WHERE keep.thread_id = c.thread_id
                       AND keep.checkpoint_ns = c.checkpoint_ns
                       AND keep.checkpoint_id = c.checkpoint_id)
-    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id
+    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id, octet_length(c.checkpoint) AS n
 ), gone_writes AS (
     DELETE FROM {schema}.lgd_writes w USING gone
     WHERE w.thread_id = gone.thread_id AND w.checkpoint_ns = gone.checkpoint_ns
       AND w.checkpoint_id = gone.checkpoint_id
+    RETURNING octet_length(w.blob) AS n
 )
-SELECT count(*) FROM gone
+SELECT (SELECT count(*) FROM gone) AS checkpoints, (SELECT count(*) FROM gone_writes) AS writes,
+       (SELECT coalesce(sum(n), 0) FROM gone) + (SELECT coalesce(sum(n), 0) FROM gone_writes)
+       AS bytes
 """
 
-# Blobs of the given threads that no remaining checkpoint refers to. %(thread_ids)s
+# Blobs of the given threads that no remaining checkpoint refers to; returns how many and
+# their bytes. %(thread_ids)s
 DELETE_ORPHAN_BLOBS_SQL = """
-DELETE FROM {schema}.lgd_blobs b
-WHERE b.thread_id = ANY(%(thread_ids)s)
-  AND NOT EXISTS (
-    SELECT 1 FROM {schema}.lgd_checkpoints c
-    WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
-      AND c.channel_versions ->> b.channel = b.version)
+WITH gone AS (
+    DELETE FROM {schema}.lgd_blobs b
+    WHERE b.thread_id = ANY(%(thread_ids)s)
+      AND NOT EXISTS (
+        SELECT 1 FROM {schema}.lgd_checkpoints c
+        WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+          AND c.channel_versions ->> b.channel = b.version)
+    RETURNING octet_length(b.blob) AS n
+)
+SELECT count(*) AS blobs, coalesce(sum(n), 0) AS bytes FROM gone
 """
 
 # The parent chain above a checkpoint (excluding it), nearest first, with the channel
@@ -669,8 +694,10 @@ class Statements:
     get_by_id_sql: sql.Composed
     get_latest_sql: sql.Composed
     head_sql: sql.Composed
+    lock_heads_sql: sql.Composed
     mark_hot_stale_sql: sql.Composed
     newest_mark_sql: sql.Composed
+    no_jit_sql: sql.Composed
     pending_marks_sql: sql.Composed
     prune_delete_sql: sql.Composed
     prune_scan_sql: sql.Composed

@@ -11,7 +11,7 @@ raises `ThreadConflictError` otherwise. A put from an explicitly addressed check
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -71,7 +71,9 @@ def put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
-    stored = encode_checkpoint(ctx.codec, config, checkpoint, metadata, new_versions)
+    stored = encode_checkpoint(
+        ctx.codec, config, checkpoint, metadata, new_versions, ctx.config.max_checkpoint_bytes
+    )
     cas = _extends_head(config, stored.parent_id)
     keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
     rows = yield from _write(
@@ -376,15 +378,20 @@ def _mutate_threads(
     statements: Sequence[Statement],
     *,
     deletes: bool = False,
+    tokens: Sequence[str] | None = None,
 ) -> Op[list[Any]]:
     """Commit statements that change whole threads; their hot copies are dropped after,
     with a tombstone version taken first in the same transaction. Unless the threads are
-    deleted, each remaining namespace then gets a new version and its head back."""
+    deleted, each remaining namespace then gets a new version and its head back.
+    ``tokens``: the threads' intents, when the caller announced them (a sweep's claims)."""
     keyed = [ThreadKeys(ctx.config.key_prefix, t) for t in thread_ids]
-    tokens = []
-    for keys in keyed:
-        tokens.append((yield from announce(ctx, keys)))
-    bypassed = [t for t, tok in zip(thread_ids, tokens, strict=True) if tok is None]
+    if tokens is None:
+        announced: list[str | None] = []
+        for keys in keyed:
+            announced.append((yield from announce(ctx, keys)))
+    else:
+        announced = list(tokens)
+    bypassed = [t for t, tok in zip(thread_ids, announced, strict=True) if tok is None]
     marks = stale_marks(ctx, bypassed)
     heads = (
         []
@@ -400,7 +407,7 @@ def _mutate_threads(
         )
     )
     tombstone = int(result[0][0]["version"])
-    for keys, token in zip(keyed, tokens, strict=True):
+    for keys, token in zip(keyed, announced, strict=True):
         if token is not None:
             yield from drop(ctx, keys, token, tombstone)
     if marks:
@@ -490,48 +497,84 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
         yield from delete_threads(ctx, ids)
         return None
     yield from _settle(ctx)
-    rows = (yield Cold.one(ctx.statements.prune_scan_sql, {"thread_ids": ids}, fetch=True))[0]
-    keep = list(_keep_set(rows))
+    rows = yield from prune_scan(ctx, ids)
+    yield from _mutate_threads(ctx, ids, prune_statements(ctx, ids, rows))
+    return None
+
+
+def prune_scan(ctx: Context, thread_ids: Sequence[str]) -> Op[list[dict[str, Any]]]:
+    """The shape of the threads' histories that `_keep_set` walks."""
+    scan = Statement(ctx.statements.prune_scan_sql, {"thread_ids": list(thread_ids)}, fetch=True)
+    rows: list[dict[str, Any]] = (
+        yield Cold((Statement(ctx.statements.no_jit_sql, {}), scan))
+    )[1]
+    return rows
+
+
+# Which checkpoints of a namespace (id -> prune scan row) a prune keeps besides the ancestors
+# their delta channels need; `latest_only` by default.
+Roots = Callable[[dict[str, dict[str, Any]]], Iterable[str]]
+
+
+def latest_only(checkpoints: dict[str, dict[str, Any]]) -> list[str]:
+    """The namespace's newest checkpoint."""
+    return [max(checkpoints)]
+
+
+def prune_statements(
+    ctx: Context, ids: Sequence[str], rows: list[dict[str, Any]], roots: Roots = latest_only
+) -> list[Statement]:
+    """The statements that delete what the keep-set of the scanned ``rows`` leaves out:
+    checkpoints (with their writes) older than the latest the scan saw of their namespace,
+    then blobs no remaining checkpoint refers to, after locking the threads' head rows.
+    The last two return what they deleted."""
+    keep = list(_keep_set(rows, roots))
     latest: dict[tuple[str, str], str] = {}  # the latest checkpoint the scan saw per namespace
     for row in rows:
         space = (row["thread_id"], row["checkpoint_ns"])
         latest[space] = max(latest.get(space, ""), row["checkpoint_id"])
-    yield from _mutate_threads(
-        ctx,
-        ids,
-        [
-            Statement(
-                ctx.statements.prune_delete_sql,
-                {
-                    "thread_ids": ids,
-                    "keep_threads": [k[0] for k in keep],
-                    "keep_ns": [k[1] for k in keep],
-                    "keep_ids": [k[2] for k in keep],
-                    "latest_threads": [k[0] for k in latest],
-                    "latest_ns": [k[1] for k in latest],
-                    "latest_ids": list(latest.values()),
-                },
-                fetch=True,
-            ),
-            Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": ids}),
-        ],
-    )
-    return None
+    return [
+        Statement(ctx.statements.no_jit_sql, {}),
+        Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(ids)}),
+        Statement(
+            ctx.statements.prune_delete_sql,
+            {
+                "thread_ids": list(ids),
+                "keep_threads": [k[0] for k in keep],
+                "keep_ns": [k[1] for k in keep],
+                "keep_ids": [k[2] for k in keep],
+                "latest_threads": [k[0] for k in latest],
+                "latest_ns": [k[1] for k in latest],
+                "latest_ids": list(latest.values()),
+            },
+            fetch=True,
+        ),
+        Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": list(ids)}, fetch=True),
+    ]
 
 
-def _keep_set(rows: list[dict[str, Any]]) -> Iterator[tuple[str, str, str]]:
+def _keep_set(
+    rows: list[dict[str, Any]], roots: Roots = latest_only
+) -> Iterator[tuple[str, str, str]]:
+    """``(thread, namespace, checkpoint)`` of every checkpoint a prune keeps: the ``roots``
+    of each namespace, each followed by the ancestors its delta channels need."""
     by_ns: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_ns.setdefault((row["thread_id"], row["checkpoint_ns"]), {})[row["checkpoint_id"]] = row
     for (thread_id, ns), checkpoints in by_ns.items():
-        latest = checkpoints[max(checkpoints)]
-        yield thread_id, ns, latest["checkpoint_id"]
-        delta_channels = set((latest["counters"] or {}).keys())
-        current: dict[str, Any] | None = latest
-        # Walk up until every delta channel found its stored value (its seed).
-        while delta_channels and current is not None:
-            delta_channels -= set(current["stored_channels"] or [])
-            parent = current["parent_checkpoint_id"]
-            current = checkpoints.get(parent) if parent else None
-            if delta_channels and current is not None:
-                yield thread_id, ns, current["checkpoint_id"]
+        kept: set[str] = set()
+        for root in sorted(roots(checkpoints), reverse=True):
+            if root not in kept:
+                kept.add(root)
+                yield thread_id, ns, root
+            latest = checkpoints[root]
+            delta_channels = set((latest["counters"] or {}).keys())
+            current: dict[str, Any] | None = latest
+            # Walk up until every delta channel found its stored value (its seed).
+            while delta_channels and current is not None:
+                delta_channels -= set(current["stored_channels"] or [])
+                parent = current["parent_checkpoint_id"]
+                current = checkpoints.get(parent) if parent else None
+                if delta_channels and current is not None and current["checkpoint_id"] not in kept:
+                    kept.add(current["checkpoint_id"])
+                    yield thread_id, ns, current["checkpoint_id"]

@@ -13,7 +13,7 @@ import redis.asyncio as redis
 from redis.exceptions import NoScriptError
 
 from langgraph_durable._core.context import Latencies
-from langgraph_durable._core.requests import Cold, Hot, Pause
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -64,7 +64,7 @@ class Tiers:
 
     async def execute(self, request: Any, effects: AsyncEffects) -> Any:
         started = time.perf_counter()
-        if isinstance(request, Hot):
+        if isinstance(request, (Hot, HotBatch)):
             result = await self.hot(request)
         elif isinstance(request, Cold):
             result = await self.cold(request)
@@ -72,14 +72,15 @@ class Tiers:
             return await asyncio.sleep(request.seconds)
         else:
             return await effects(request)
-        self.latencies.record("hot" if isinstance(request, Hot) else "cold",
+        self.latencies.record("cold" if isinstance(request, Cold) else "hot",
                               time.perf_counter() - started)
         return result
 
-    async def hot(self, request: Hot) -> Any:
+    async def hot(self, request: Hot | HotBatch) -> Any:
         """Run a script on a pooled connection, straight through the connection (redis-py's
         command path costs more than the round trip at small replies); a connection that
-        fails is dropped and the call retried with the client's backoff."""
+        fails is dropped and the call retried with the client's backoff. A batch goes in one
+        round trip (pipelined, each script with its source)."""
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
             conn = await pool.get_connection()
@@ -91,7 +92,11 @@ class Tiers:
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
 
-    async def _script(self, conn: Any, request: Hot) -> Any:
+    async def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
+        if isinstance(request, HotBatch):
+            commands = [self.scripts.command(each, source=True) for each in request.requests]
+            await conn.send_packed_command(conn.pack_commands(commands))
+            return [await conn.read_response() for _ in commands]
         try:
             await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
             reply = await conn.read_response()

@@ -35,6 +35,7 @@ AsyncEffects = Callable[[Any], Awaitable[Any]]
 SCRIPTS = {
     "get": lua.GET_SCRIPT,
     "intent": lua.INTENT_SCRIPT,
+    "fence": lua.FENCE_SCRIPT,
     "put": lua.PUT_SCRIPT,
     "put_writes": lua.PUT_WRITES_SCRIPT,
     "warm": lua.WARM_SCRIPT,

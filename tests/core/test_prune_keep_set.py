@@ -64,17 +64,19 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
     keys = ThreadKeys("t", "t1")
     script = Script([
         empty_journal("t"),
-        (cold(st.prune_scan_sql), [[_row("c1", None, stored=["m"]),
-                                    _row("c2", "c1", counters={"m": 1})]]),
+        (cold(st.no_jit_sql, st.prune_scan_sql), [None, [_row("c1", None, stored=["m"]),
+                                                  _row("c2", "c1", counters={"m": 1})]]),
         (hot("intent", [keys.intents, keys.unflushed]), 0),
-        (cold(st.tombstone_sql, st.prune_delete_sql, st.delete_orphan_blobs_sql,
-              st.rebuild_heads_sql), [[{"version": 17}], [], None, None]),
+        (cold(st.tombstone_sql, st.no_jit_sql, st.lock_heads_sql, st.prune_delete_sql,
+              st.delete_orphan_blobs_sql, st.rebuild_heads_sql),
+         [[{"version": 17}], None, None, [], None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 1),
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
-    assert script.requests[1].statements[0].params == {"thread_ids": ["t1"]}
-    tombstone, delete, _, heads = script.requests[3].statements
+    assert script.requests[1].statements[1].params == {"thread_ids": ["t1"]}
+    tombstone, _, lock, delete, _, heads = script.requests[3].statements
+    assert lock.params == {"thread_ids": ["t1"]}
     assert tombstone.fetch
     assert delete.params == {
         "thread_ids": ["t1"], "keep_threads": ["t1", "t1"], "keep_ns": ["", ""],
