@@ -23,7 +23,6 @@ Exit codes: 0 success; 1 the command failed (no such thread, a demo check failed
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import signal
 import threading
@@ -42,6 +41,7 @@ from rich.text import Text
 from langgraph_durable._cli import queries, views
 from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
 from langgraph_durable._cli.target import Target
+from langgraph_durable._embedded.layout import DATA_DIR_ENV, default_data_dir
 from langgraph_durable.config import mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -89,7 +89,7 @@ Mode = Annotated[str, typer.Option(
 Namespace = Annotated[str | None, typer.Option(
     "--ns", help="Checkpoint namespace (subgraphs); default: the root graph's.")]
 DataDir = Annotated[Path | None, typer.Option(
-    "--data-dir", envvar="LGD_DATA_DIR", show_envvar=True,
+    "--data-dir", envvar=DATA_DIR_ENV, show_envvar=True, show_default=str(default_data_dir()),
     help="Data directory of the embedded servers.")]
 
 
@@ -450,18 +450,6 @@ def demo(
 
 def _starting(folder: Path) -> str:
     return f"starting embedded PostgreSQL and Valkey in {escape(str(folder))}…"
-
-
-def default_data_dir() -> Path:
-    """``$LGD_DATA_DIR``, else ``/var/lib/langgraph-durable`` as root, else the user's."""
-    from langgraph_durable.embedded import DATA_DIR_ENV
-    from langgraph_durable.embedded import default_data_dir as users
-
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    if hasattr(os, "geteuid") and os.geteuid() == 0:  # /root is not traversable by Postgres
-        return Path("/var/lib/langgraph-durable")
-    return users()
 
 
 @embedded_app.command("up")
