@@ -1,6 +1,9 @@
 """Real faults for tests: a private redis-server the test stops and restarts, and a TCP
 proxy in front of Postgres that the test can cut (existing connections die, new ones are
-refused) and restore."""
+refused) and restore.
+
+The private server is ``redis-server`` when the session uses the system servers and one
+is installed, else the ``valkey-server`` of the embedded servers."""
 
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+
+from langgraph_durable._embedded import valkey
+from tests.conftest import EMBEDDED
 
 
 def free_port() -> int:
@@ -33,7 +39,8 @@ class PrivateRedis:
         self.appendonly = appendonly
         self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
-        self.binary = shutil.which("redis-server") or "redis-server"
+        system = shutil.which("redis-server") if EMBEDDED is None else None
+        self.binary = system or str(valkey.binary())
 
     @property
     def url(self) -> str:
@@ -87,11 +94,11 @@ def private_redis(workdir: Path, *, appendonly: str | None = None,
 
 
 class Proxy:
-    """Forwards 127.0.0.1:<port> to a target; `cut()` drops every connection and refuses
-    new ones until `restore()`."""
+    """Forwards 127.0.0.1:<port> to a target, ``(host, port)`` or a Unix socket's path;
+    `cut()` drops every connection and refuses new ones until `restore()`."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
+    def __init__(self, target: tuple[str, int] | str) -> None:
+        self.target = target
         self.port = free_port()
         self._listener: socket.socket | None = None
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -117,13 +124,24 @@ class Proxy:
                 continue
             try:
                 client, _ = self._listener.accept()
-                upstream = socket.create_connection(self.target)
+                upstream = self._connect()
             except OSError:
                 continue
             with self._lock:
                 self._pairs.append((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _connect(self) -> socket.socket:
+        if isinstance(self.target, tuple):
+            return socket.create_connection(self.target)
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(self.target)
+        except OSError:
+            upstream.close()
+            raise
+        return upstream
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:
