@@ -164,6 +164,14 @@ def postgres_address() -> tuple[str, int] | str:
     return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
 
 
+def redis_address() -> tuple[str, int] | str:
+    """Where the test Redis listens: ``(host, port)``, or its Unix socket's path."""
+    parts = urlsplit(REDIS_URL)
+    if parts.scheme == "unix":
+        return parts.path
+    return parts.hostname or "127.0.0.1", parts.port or 6379
+
+
 def redis_url(*, db: int) -> str:
     """The test Redis as a URL of logical database ``db``."""
     parts = urlsplit(REDIS_URL)

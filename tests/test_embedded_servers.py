@@ -374,6 +374,7 @@ print(json.dumps({"answer": answer, "binary": binary, "ino": os.stat(binary).st_
 """
 
 
+@pytest.mark.timeout(240)  # two interpreters, each starting both servers
 def test_postgres_from_a_package_in_a_private_folder_starts(data_root: Path) -> None:
     """The package that ships PostgreSQL may sit in a 0700 folder (a virtualenv under /root
     or in a `mktemp -d` clone). As root, PostgreSQL runs as lgd-postgres, which cannot enter
@@ -394,7 +395,7 @@ def test_postgres_from_a_package_in_a_private_folder_starts(data_root: Path) -> 
         runs = []
         for _ in range(2):
             proc = subprocess.run([sys.executable, "-c", PRIVATE_PACKAGE_SCRIPT, str(data_dir)],
-                                  capture_output=True, text=True, env=env, timeout=50)
+                                  capture_output=True, text=True, env=env, timeout=110)
             assert proc.returncode == 0, proc.stderr
             runs.append(json.loads(proc.stdout))
         first, second = runs
@@ -411,6 +412,7 @@ def test_postgres_from_a_package_in_a_private_folder_starts(data_root: Path) -> 
         shutil.rmtree(private, ignore_errors=True)
 
 
+@pytest.mark.timeout(240)  # three command-line interpreters
 def test_library_command_line_and_readme_agree_on_the_default_data_dir(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -437,7 +439,7 @@ def test_library_command_line_and_readme_agree_on_the_default_data_dir(
         if override is not None:
             env[embedded.DATA_DIR_ENV] = override
         env["COLUMNS"] = "300"
-        for command in (["demo"], ["embedded", "up"]):
+        for command in (["demo"], ["embedded", "up"])[override is not None:]:
             shown = subprocess.run(
                 [sys.executable, "-m", "langgraph_durable", *command, "--help"],
                 capture_output=True, text=True, env=env, timeout=60)
