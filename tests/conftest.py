@@ -57,6 +57,9 @@ def _answers(host: str, port: int) -> bool:
     return True
 
 
+_WHY_EMBEDDED = ""
+
+
 def _choose_servers() -> tuple[str, str, EmbeddedServers | None]:
     """The Redis URL, the Postgres URL, and the embedded servers to start (if any)."""
     mode = os.environ.get(TEST_SERVERS_ENV, "auto") or "auto"
@@ -67,6 +70,11 @@ def _choose_servers() -> tuple[str, str, EmbeddedServers | None]:
         return given[0] or LOCAL_REDIS_URL, given[1] or LOCAL_POSTGRES_URL, None
     if mode == "auto" and _answers("127.0.0.1", 6379) and _answers("127.0.0.1", 5432):
         return LOCAL_REDIS_URL, LOCAL_POSTGRES_URL, None
+    global _WHY_EMBEDDED
+    if mode == "auto":
+        _WHY_EMBEDDED = "no LGD_REDIS_URL/LGD_POSTGRES_URL, nothing on 127.0.0.1:6379 and :5432"
+    else:
+        _WHY_EMBEDDED = f"{TEST_SERVERS_ENV}=embedded"
     # A folder of this session's own; 0711 so that PostgreSQL's account (as root) enters it.
     folder = Path(tempfile.mkdtemp(prefix="lgd-tests-"))
     folder.chmod(0o711)
@@ -104,17 +112,21 @@ def _check_servers() -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Fail the whole run at once if a given server is missing (unless only the server-free
-    core tests were asked for); the embedded servers are started by `test_servers`."""
-    if EMBEDDED is None and not _server_free_only(session.config):
+    """Say which servers the run uses, and fail the whole run at once if a given server is
+    missing (unless only the server-free core tests were asked for); the embedded servers
+    are started by `test_servers`."""
+    if _server_free_only(session.config):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if EMBEDDED is None:
+        line = f"servers: {REDIS_URL} and {POSTGRES_URL}"
+    else:
+        line = (f"servers: embedded PostgreSQL and Valkey ({_WHY_EMBEDDED}), started in "
+                f"{EMBEDDED.data_dir} and stopped when the tests end")
+    if reporter is not None:
+        reporter.write_line(line)
+    if EMBEDDED is None:
         _check_servers()
-
-
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say which servers the run uses."""
-    if EMBEDDED is not None:
-        return f"servers: embedded PostgreSQL and Valkey in {EMBEDDED.data_dir} (this session's)"
-    return f"servers: {REDIS_URL} and {POSTGRES_URL}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -48,7 +48,7 @@ def test_a_session_without_servers_starts_and_stops_its_own(tmp_path: Path) -> N
          "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
         capture_output=True, text=True, env=env, cwd=repo, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "servers: embedded PostgreSQL and Valkey in" in run.stdout
+    assert "servers: embedded PostgreSQL and Valkey (LGD_TEST_SERVERS=embedded)" in run.stdout
     probe = json.loads((tmp_path / "probe.json").read_text())
     folder = probe["folder"]
     assert probe["redis"] == f"unix://{folder}/data/run/valkey.sock"
