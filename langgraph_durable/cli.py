@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shlex
 import signal
 import threading
@@ -48,6 +47,7 @@ from rich.text import Text
 from langgraph_durable._cli import actions, queries, views
 from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
 from langgraph_durable._cli.target import Target, parse_duration
+from langgraph_durable._embedded.layout import DATA_DIR_ENV, default_data_dir
 from langgraph_durable.config import Retention, mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -104,7 +104,7 @@ KeepLast = Annotated[int | None, typer.Option(
     "--keep-last", envvar="LGD_KEEP_LAST", show_envvar=True,
     help="Keep the newest N checkpoints of each namespace.")]
 DataDir = Annotated[Path | None, typer.Option(
-    "--data-dir", envvar="LGD_DATA_DIR", show_envvar=True,
+    "--data-dir", envvar=DATA_DIR_ENV, show_envvar=True, show_default=str(default_data_dir()),
     help="Data directory of the embedded servers.")]
 
 
@@ -578,18 +578,6 @@ def demo(
 
 def _starting(folder: Path) -> str:
     return f"starting embedded PostgreSQL and Valkey in {escape(str(folder))}…"
-
-
-def default_data_dir() -> Path:
-    """``$LGD_DATA_DIR``, else ``/var/lib/langgraph-durable`` as root, else the user's."""
-    from langgraph_durable.embedded import DATA_DIR_ENV
-    from langgraph_durable.embedded import default_data_dir as users
-
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    if hasattr(os, "geteuid") and os.geteuid() == 0:  # /root is not traversable by Postgres
-        return Path("/var/lib/langgraph-durable")
-    return users()
 
 
 @embedded_app.command("up")

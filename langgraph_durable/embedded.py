@@ -19,13 +19,15 @@ or, for a set-up `DurableSaver` on them that stops them when it is closed::
 
     saver = embedded_saver("/var/lib/langgraph-durable", write_mode="behind")
 
-Layout of the data directory (default ``$LGD_DATA_DIR``, else
-``$XDG_DATA_HOME/langgraph-durable``, else ``~/.local/share/langgraph-durable``)::
+Layout of the data directory (default `default_data_dir()`: ``$LGD_DATA_DIR`` if set;
+else, as root, ``/var/lib/langgraph-durable``; else ``$XDG_DATA_HOME/langgraph-durable``,
+else ``~/.local/share/langgraph-durable``)::
 
     <data_dir>/pg/       PGDATA (``initdb`` on first start) and the socket .s.PGSQL.5432
     <data_dir>/valkey/   Valkey's ``dir``: the append-only file (``appendonly yes``)
     <data_dir>/run/      valkey.sock, postgres.pid, valkey.pid, and a lock file
     <data_dir>/log/      postgres.log and valkey.log
+    <data_dir>/pg-binaries/  as root, when needed: PostgreSQL's own view of its binaries
 
 PostgreSQL uses trust authentication: whoever can open the socket is a superuser.
 The socket's protection is the directory it sits in (mode 0700).
@@ -36,15 +38,17 @@ Running as root:
     does not exist it is created with ``useradd --system --no-create-home``. Only
     ``<data_dir>/pg`` is chowned to it; no other file or folder changes owner or mode.
     That account must be able to traverse (``x`` bit) every folder above
-    ``<data_dir>/pg`` and every folder above the PostgreSQL binaries (the virtualenv).
-    This module never loosens a folder's permissions: when one is not traversable it
-    raises `ConfigurationError` naming the folder and the fix. The usual trap is
-    root's default data directory ``/root/.local/share/langgraph-durable``: ``/root``
-    is mode 0700. Set ``LGD_DATA_DIR`` to a folder such as
-    ``/var/lib/langgraph-durable``, or run ``chmod o+x /root``. When root, a data
-    directory that this module creates itself is made mode 0711 (enter, not list) so
-    that account can reach ``pg/`` in it; an existing one is left as it is. Valkey runs
-    as the current user (root), which Valkey allows.
+    ``<data_dir>/pg``; when one is not traversable `start()` raises
+    `ConfigurationError` naming the folder and the fix (this module never loosens a
+    folder's permissions). Root's default data directory is therefore
+    ``/var/lib/langgraph-durable``, not one under ``/root`` (mode 0700). When root, a
+    data directory that this module creates itself is made mode 0711 (enter, not list)
+    so that account can reach ``pg/`` in it; an existing one is left as it is. When the
+    PostgreSQL binaries sit in a folder that account cannot enter (a virtualenv under
+    ``/root`` or in a ``mktemp -d`` folder), their ``bin``, ``lib`` and ``share`` are
+    mirrored into ``<data_dir>/pg-binaries/`` (hard links where the filesystem allows,
+    else copies; about 30 MB), reused while they match the installed package. Valkey
+    runs as the current user (root), which Valkey allows.
 
 Lifetime:
     The servers die with the process that started them. Each server is launched with
@@ -70,10 +74,12 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final, Self
+from typing import IO, Any, Self
 from urllib.parse import quote
 
 from langgraph_durable._embedded import postgres, supervisor, valkey
+from langgraph_durable._embedded.layout import DATA_DIR_ENV as DATA_DIR_ENV
+from langgraph_durable._embedded.layout import default_data_dir as default_data_dir
 from langgraph_durable._embedded.postgres import PG_DATABASE as PG_DATABASE
 from langgraph_durable._embedded.postgres import PG_PORT as PG_PORT
 from langgraph_durable._embedded.postgres import PG_ROLE as PG_ROLE
@@ -93,26 +99,9 @@ __all__ = [
     "start_embedded",
 ]
 
-DATA_DIR_ENV: Final = "LGD_DATA_DIR"
-"""Environment variable that overrides the default data directory."""
-
 # Test hook: when False, children are launched without PR_SET_PDEATHSIG, so they outlive
 # a killed parent (used to test the clean-up of leftover servers).
 _USE_PDEATHSIG = True
-
-
-def default_data_dir() -> Path:
-    """Return the default data directory.
-
-    Returns:
-        ``$LGD_DATA_DIR`` if set, else ``$XDG_DATA_HOME/langgraph-durable``, else
-        ``~/.local/share/langgraph-durable``.
-    """
-    if env := os.environ.get(DATA_DIR_ENV):
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "langgraph-durable"
 
 
 class EmbeddedServers:
@@ -145,6 +134,7 @@ class EmbeddedServers:
         self.shutdown_timeout = shutdown_timeout
         self.log_dir: Path = self.data_dir / "log"
         self._state_dir = self.data_dir / "run"
+        self._mirror_dir = self.data_dir / "pg-binaries"
         self._pg_spec = postgres.server_spec(
             self.data_dir / "pg", run_dir=self._state_dir, log_dir=self.log_dir
         )
@@ -230,10 +220,11 @@ class EmbeddedServers:
                 postgres.ensure_system_user() if os.geteuid() == 0 else supervisor.current_user()
             )
             pg_bin = postgres.bin_dir(self._pg_spec.workdir)
-            self._prepare_dirs(run_as, pg_bin)
+            self._prepare_dirs(run_as)
             self._lock_file = supervisor.lock_data_dir(self._state_dir / "lock", self.data_dir)
             try:
                 self._stop_leftovers()
+                pg_bin = postgres.reachable_bin_dir(pg_bin, run_as, self._mirror_dir)
                 postgres.init_pgdata(
                     self._pg_spec, run_as, pg_bin, timeout=max(self.startup_timeout, 60.0)
                 )
@@ -303,7 +294,7 @@ class EmbeddedServers:
                     f"allows; choose a shorter data directory (e.g. set {DATA_DIR_ENV})"
                 )
 
-    def _prepare_dirs(self, run_as: RunAs, pg_bin: Path) -> None:
+    def _prepare_dirs(self, run_as: RunAs) -> None:
         """Create the data directory and check PostgreSQL's account can reach it."""
         if not self.data_dir.exists():
             self.data_dir.mkdir(parents=True, mode=0o700)
@@ -311,7 +302,7 @@ class EmbeddedServers:
                 self.data_dir.chmod(0o711)
         elif not self.data_dir.is_dir():
             raise ConfigurationError(f"data directory {self.data_dir} is not a folder")
-        self._check_access(run_as, pg_bin)
+        self._check_access(run_as)
         for folder in (self._state_dir, self.log_dir, self._valkey_spec.workdir):
             folder.mkdir(mode=0o700, exist_ok=True)
 
@@ -320,24 +311,17 @@ class EmbeddedServers:
             supervisor.unlock_data_dir(self._lock_file)
             self._lock_file = None
 
-    def _check_access(self, run_as: RunAs, pg_bin: Path) -> None:
+    def _check_access(self, run_as: RunAs) -> None:
         if run_as.uid is None or run_as.gid is None:
             return
-        for target, what in ((self.data_dir, "data directory"), (pg_bin, "PostgreSQL binaries")):
-            blocked = postgres.untraversable(target.resolve(), run_as.uid, run_as.gid)
-            if blocked is None:
-                continue
-            hint = (
-                f"set {DATA_DIR_ENV} (or pass data_dir) to a folder that account can reach, "
-                f"such as /var/lib/langgraph-durable, or run: chmod o+x {blocked}"
-                if what == "data directory"
-                else f"install the virtualenv somewhere that account can reach, or run: "
-                f"chmod o+x {blocked}"
-            )
+        blocked = postgres.untraversable(self.data_dir.resolve(), run_as.uid, run_as.gid)
+        if blocked is not None:
             raise ConfigurationError(
                 f"running as root, PostgreSQL runs as the system account {run_as.name!r}, "
-                f"which cannot enter {blocked} (on the way to the {what} {target}); "
-                f"this module does not change folder permissions for you: {hint}"
+                f"which cannot enter {blocked} (on the way to the data directory "
+                f"{self.data_dir}); this module does not change folder permissions for you: "
+                f"set {DATA_DIR_ENV} (or pass data_dir) to a folder that account can reach, "
+                f"such as /var/lib/langgraph-durable, or run: chmod o+x {blocked}"
             )
 
     def _stop_leftovers(self) -> None:

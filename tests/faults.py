@@ -1,7 +1,10 @@
 """Real faults for tests: a private redis-server the test stops and restarts, a TCP proxy
 in front of Postgres that the test can cut (existing connections die, new ones are refused)
 and restore, or have lose one reply, and the simulation's lost reply for one request of an
-operation."""
+operation.
+
+The private server is ``redis-server`` when the session uses the system servers and one
+is installed, else the ``valkey-server`` of the embedded servers."""
 
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ from typing import Any, TypeVar
 
 import redis
 
+from langgraph_durable._embedded import valkey
 from langgraph_durable.errors import TierUnavailableError
+from tests.conftest import EMBEDDED
 
 T = TypeVar("T")
 
@@ -43,7 +48,8 @@ class PrivateRedis:
         self.appendonly = appendonly
         self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
-        self.binary = shutil.which("redis-server") or "redis-server"
+        system = shutil.which("redis-server") if EMBEDDED is None else None
+        self.binary = system or str(valkey.binary())
 
     @property
     def url(self) -> str:
@@ -97,12 +103,13 @@ def private_redis(workdir: Path, *, appendonly: str | None = None,
 
 
 class Proxy:
-    """Forwards 127.0.0.1:<port> to a target; `cut()` drops every connection and refuses
-    new ones until `restore()`; `lose_reply(marker)` lets the server answer the next request
-    that contains ``marker`` in full, drops the answer and closes that connection."""
+    """Forwards 127.0.0.1:<port> to a target, ``(host, port)`` or a Unix socket's path;
+    `cut()` drops every connection and refuses new ones until `restore()`;
+    `lose_reply(marker)` lets the server answer the next request that contains ``marker``
+    in full, drops the answer and closes that connection."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
+    def __init__(self, target: tuple[str, int] | str) -> None:
+        self.target = target
         self.port = free_port()
         self._listener: socket.socket | None = None
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -135,7 +142,7 @@ class Proxy:
                 continue
             try:
                 client, _ = self._listener.accept()
-                upstream = socket.create_connection(self.target)
+                upstream = self._connect()
             except OSError:
                 continue
             with self._lock:
@@ -144,6 +151,17 @@ class Proxy:
             for a, b, up in ((client, upstream, True), (upstream, client, False)):
                 threading.Thread(target=self._pump, args=(a, b, up, doomed),
                                  daemon=True).start()
+
+    def _connect(self) -> socket.socket:
+        if isinstance(self.target, tuple):
+            return socket.create_connection(self.target)
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(self.target)
+        except OSError:
+            upstream.close()
+            raise
+        return upstream
 
     def _pump(self, src: socket.socket, dst: socket.socket, up: bool,
               doomed: threading.Event) -> None:

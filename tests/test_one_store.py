@@ -23,7 +23,7 @@ from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailable
 from langgraph_durable._core import ops
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.conftest import POSTGRES_URL, REDIS_URL, redis_address
 from tests.faults import Proxy
 from tests.graphs import chat_graph
 
@@ -102,7 +102,7 @@ def test_write_that_bypassed_redis_is_seen_by_every_process(
     started later, see that write within stale_poll_interval, and the next turn extends
     it instead of forking the thread."""
     schema, prefix = namespace
-    proxy = Proxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    proxy = Proxy(redis_address())
     proxy.start()
     try:
         cut_off = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
@@ -137,7 +137,7 @@ def test_write_behind_with_redis_unreachable_fails_closed_and_keeps_one_line(
     older state or writing on top of it; once Redis answers, the thread goes on from the
     unflushed turn and its history is one line."""
     schema, prefix = namespace
-    proxy = Proxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    proxy = Proxy(redis_address())
     proxy.start()
     try:
         saver = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
@@ -379,7 +379,7 @@ def test_marks_are_applied_again_to_a_redis_restored_from_an_older_state(
     dropped); then Redis comes back from a snapshot taken before: it holds v1 and the older
     applied-mark, so the mark is applied again and no process is served v1."""
     schema, prefix = namespace
-    proxy = Proxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0]))
+    proxy = Proxy(redis_address())
     proxy.start()
     client = redis.Redis.from_url(REDIS_URL)
     try:

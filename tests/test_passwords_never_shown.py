@@ -19,7 +19,7 @@ from langgraph_durable import DurableSaver
 from langgraph_durable.config import SaverConfig, mask_url
 from langgraph_durable.errors import ConfigurationError
 from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL
+from tests.conftest import POSTGRES_URL, postgres_url
 from tests.faults import PrivateRedis, private_redis
 
 SECRET = "S3cret-Zq9"
@@ -33,8 +33,8 @@ PG_USER, PG_DB = PG.get("user", "postgres"), PG.get("dbname", "postgres")
 # local connections, so each connects whatever the password; what matters is that the
 # original, unmasked URL reaches libpq.
 POSTGRES_FORMS = {
-    "uri user info": f"postgresql://{PG_USER}:{SECRET}@{PG_HOST}:{PG_PORT}/{PG_DB}",
-    "uri ?password=": f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{PG_DB}?password={SECRET}",
+    "uri user info": postgres_url(password=SECRET),
+    "uri ?password=": postgres_url(query={"password": SECRET}),
     "key/value": f"host={PG_HOST} port={PG_PORT} dbname={PG_DB} user={PG_USER} "
                  f"password={SECRET}",
 }

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.conftest import POSTGRES_URL, postgres_url, redis_url
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -27,21 +27,20 @@ def _quickstart() -> str:
 def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     """The snippet, run in a fresh interpreter, prints what its comment promises."""
     database = f"lgd_readme_{uuid.uuid4().hex[:8]}"
-    admin = POSTGRES_URL.rsplit("/", 1)[0]
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
-    redis_url = REDIS_URL.rsplit("/", 1)[0] + "/15"
+    db15 = redis_url(db=15)
     script = tmp_path / "quickstart.py"
     script.write_text(_quickstart())
     try:
-        env = {**os.environ, "LGD_REDIS_URL": redis_url,
-               "LGD_POSTGRES_URL": f"{admin}/{database}"}
+        env = {**os.environ, "LGD_REDIS_URL": db15,
+               "LGD_POSTGRES_URL": postgres_url(database=database)}
         out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "you said hello"
     finally:
-        client = redis.Redis.from_url(redis_url)
+        client = redis.Redis.from_url(db15)
         for key in client.scan_iter(match="lgd:*"):
             client.delete(key)
         client.close()

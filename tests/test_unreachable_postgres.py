@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableError
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.conftest import REDIS_URL, postgres_url
 from tests.faults import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def test_setup_with_nothing_listening_fails_fast_with_the_reason() -> None:
 
 async def test_asetup_with_a_missing_database_is_a_configuration_error() -> None:
     """A database that does not exist is permanent: ConfigurationError, no retries."""
-    url = POSTGRES_URL.rsplit("/", 1)[0] + "/lgd_no_such_database"
+    url = postgres_url(database="lgd_no_such_database")
     saver = DurableSaver(REDIS_URL, url)
     with pytest.raises(ConfigurationError) as raised:
         await saver.asetup()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import grp
+import hashlib
 import os
 import pwd
 import re
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 from typing import Final
@@ -105,6 +107,99 @@ def bin_dir(pgdata: Path) -> Path:
             )
         return installs[major]
     return installs[max(installs)]
+
+
+_MIRRORED: Final = ("bin", "lib", "share")  # what initdb and postgres need of an install
+_MIRROR_STAMP: Final = ".source"
+
+
+def reachable_bin_dir(pg_bin: Path, run_as: RunAs, mirrors: Path) -> Path:
+    """The ``bin`` folder PostgreSQL can run from as ``run_as``.
+
+    That is ``pg_bin`` itself when the account can enter every folder above it. Otherwise
+    (root whose virtualenv sits in a private folder, such as ``/root`` or a ``mktemp -d``)
+    the install's ``bin``, ``lib`` and ``share``, and the shared libraries the wheel keeps
+    beside its package (``<package>.libs``, found through ``$ORIGIN``), are mirrored into
+    ``mirrors/<install>`` with the same relative layout: hard links on the same
+    filesystem, else copies, owned by the current user and readable by all. The mirror is
+    kept while it matches its source (names, sizes, mtimes) and rebuilt when the package
+    changes. No folder's permissions are changed.
+
+    Raises:
+        ConfigurationError: The mirror could not be made.
+    """
+    if run_as.uid is None or run_as.gid is None:
+        return pg_bin
+    if untraversable(pg_bin.resolve(), run_as.uid, run_as.gid) is None:
+        return pg_bin
+    install = pg_bin.resolve().parent
+    site = install.parent.parent
+    parts = [install.relative_to(site) / part for part in _MIRRORED]
+    libs = install.parent.with_name(install.parent.name + ".libs")
+    if libs.is_dir():
+        parts.append(libs.relative_to(site))
+    dest = mirrors / install.name
+    mirrored_bin = dest / install.relative_to(site) / "bin"
+    fingerprint = _fingerprint(site, parts)
+    try:
+        if (dest / _MIRROR_STAMP).read_text() == fingerprint:
+            return mirrored_bin
+    except OSError:
+        pass
+    blocked = untraversable(install, run_as.uid, run_as.gid)
+    logger.info("mirroring the PostgreSQL binaries of %s into %s: %s cannot enter %s",
+                install, dest, run_as.name, blocked)
+    try:
+        mirrors.mkdir(mode=0o755, exist_ok=True)
+        staging = mirrors / f".{install.name}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        for part in parts:
+            shutil.copytree(site / part, staging / part, copy_function=_link_or_copy)
+        for folder, _, _ in os.walk(staging):
+            os.chmod(folder, 0o755)
+        (staging / _MIRROR_STAMP).write_text(fingerprint)
+        old = mirrors / f".{install.name}.old.{os.getpid()}"
+        if dest.exists():
+            dest.rename(old)
+        staging.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"running as root, PostgreSQL runs as the system account {run_as.name!r}, which "
+            f"cannot enter {blocked} (on the way to the PostgreSQL binaries {install}), and "
+            f"mirroring them into {dest} failed: {exc}; free space there, or install the "
+            f"virtualenv somewhere that account can reach"
+        ) from exc
+    return mirrored_bin
+
+
+def _fingerprint(site: Path, parts: list[Path]) -> str:
+    """A digest of the source's path and of each mirrored file's name, size and mtime."""
+    digest = hashlib.sha256(str(site).encode())
+    for part in parts:
+        for folder, _, files in sorted(os.walk(site / part)):
+            for name in sorted(files):
+                path = Path(folder, name)
+                st = path.stat()
+                rel = path.relative_to(site)
+                digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    """Hard-link ``src`` where it is readable (and, if a program, runnable) by all, else copy
+    it and make the copy so."""
+    mode = stat.S_IMODE(os.stat(src).st_mode)
+    needed = 0o004 | (0o001 if mode & 0o100 else 0)
+    if mode & needed == needed:
+        try:
+            os.link(src, dst)
+            return dst
+        except OSError:
+            pass  # another filesystem, or links refused: copy
+    shutil.copy2(src, dst)
+    os.chmod(dst, mode | needed)
+    return dst
 
 
 # --------------------------------------------------------------------------- accounts

