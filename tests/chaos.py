@@ -28,14 +28,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 
 from langgraph_durable import DurableSaver
 from tests import forked
 from tests.chaos_worker import EFFECTS_SQL, INPUTS, build, finished, items, run
-from tests.conftest import POSTGRES_URL, drop_schema
+from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
 from tests.faults import PrivateRedis, Proxy
 
 MODES = ("through", "behind")
@@ -134,10 +133,8 @@ class Chaos:
         for kind, fsync in REDIS_KINDS.items():
             (workdir / kind).mkdir(parents=True, exist_ok=True)
             self.redis[kind] = PrivateRedis(workdir / kind, appendonly=fsync)
-        target = urlsplit(POSTGRES_URL)
-        self.proxy = Proxy(target.hostname or "127.0.0.1", target.port or 5432)
-        user = f"{target.username}@" if target.username else ""
-        self.proxy_url = target._replace(netloc=f"{user}127.0.0.1:{self.proxy.port}").geturl()
+        self.proxy = Proxy(postgres_address())
+        self.proxy_url = self.proxy.url(POSTGRES_DATABASE)
         self.savers: dict[tuple[str, str], DurableSaver] = {}
         self.tally = Tally()
         self.log: Any = None

@@ -17,7 +17,7 @@ from langgraph_durable._core import ledger
 from langgraph_durable._core.ledger.keys import derive_key
 from langgraph_durable._core.ledger.sql import statements
 from langgraph_durable._core.requests import Cold
-from tests.conftest import REDIS_URL
+from tests.conftest import POSTGRES_DATABASE, REDIS_URL, postgres_address
 from tests.faults import Proxy, lose_reply
 
 
@@ -107,9 +107,9 @@ def proxied(namespace: tuple[str, str], write_mode: str) -> Iterator[tuple[Proxy
     """A saver whose Postgres connections go through a proxy that can lose one reply
     (statements sent as text each time: no prepared statements)."""
     schema, prefix = namespace
-    proxy = Proxy("127.0.0.1", 5432)
+    proxy = Proxy(postgres_address())
     proxy.start()
-    saver = DurableSaver(REDIS_URL, proxy.url("test"), key_prefix=prefix, schema=schema,
+    saver = DurableSaver(REDIS_URL, proxy.url(POSTGRES_DATABASE), key_prefix=prefix, schema=schema,
                          write_mode=write_mode, prepare_threshold=None)
     saver.setup()
     yield proxy, saver
