@@ -34,9 +34,9 @@ from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable._core.sweep_sql import statements
 from langgraph_durable._core.writes import (
-    _keep_set,
-    _mutate_threads,
-    _settle,
+    drain_journal,
+    keep_set,
+    mutate_threads,
     prune_scan,
     prune_statements,
 )
@@ -59,7 +59,7 @@ def sweep(ctx: Context, retention: Retention, *, dry_run: bool = False) -> Op[Sw
         if not dry_run:
             if not ctx.breaker.allows():
                 raise _needs_redis()
-            yield from _settle(ctx)
+            yield from drain_journal(ctx)
         after = ""
         while rows := (yield Cold((_batch(ctx, retention, after),)))[0]:
             after = rows[-1]["thread_id"]
@@ -211,7 +211,7 @@ def _prune(
         return None
     ids = list(claimed)
     rows = yield from _guarded(ctx, claimed, prune_scan(ctx, ids))
-    results = yield from _mutate_threads(
+    results = yield from mutate_threads(
         ctx, ids, prune_statements(ctx, ids, rows, _roots(retention)), tokens=list(claimed.values())
     )
     gone, orphans = results[2][0], results[3][0]
@@ -228,7 +228,7 @@ def _plan_prunes(
 ) -> Op[None]:
     """Dry run: count the checkpoints a prune of the threads would delete."""
     rows = yield from prune_scan(ctx, thread_ids)
-    keep = set(_keep_set(rows, _roots(retention)))
+    keep = set(keep_set(rows, _roots(retention)))
     latest: dict[tuple[str, str], str] = {}
     for row in rows:
         space = (row["thread_id"], row["checkpoint_ns"])

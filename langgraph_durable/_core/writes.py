@@ -355,7 +355,7 @@ def _writes_hot(
 # --------------------------------------------------------------------------- lifecycle
 
 
-def _settle(ctx: Context) -> Op[None]:
+def drain_journal(ctx: Context) -> Op[None]:
     """Move every journal entry to Postgres before changing whole threads, so a late
     flush cannot bring deleted rows back — whatever this saver's own write mode, since
     another process may write the prefix behind. Write-through callers go on when Redis
@@ -372,7 +372,7 @@ def _settle(ctx: Context) -> Op[None]:
     return None
 
 
-def _mutate_threads(
+def mutate_threads(
     ctx: Context,
     thread_ids: Sequence[str],
     statements: Sequence[Statement],
@@ -425,8 +425,8 @@ def delete_threads(
         else [Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
     )
     if ids:
-        yield from _settle(ctx)
-        yield from _mutate_threads(
+        yield from drain_journal(ctx)
+        yield from mutate_threads(
             ctx,
             ids,
             [
@@ -442,11 +442,11 @@ def delete_for_runs(ctx: Context, run_ids: Sequence[str]) -> Op[None]:
     runs = [str(r) for r in run_ids]
     if not runs:
         return None
-    yield from _settle(ctx)
+    yield from drain_journal(ctx)
     rows = (yield Cold.one(ctx.statements.threads_of_runs_sql, {"run_ids": runs}, fetch=True))[0]
     threads = [r["thread_id"] for r in rows]
     if threads:
-        yield from _mutate_threads(
+        yield from mutate_threads(
             ctx,
             threads,
             [
@@ -465,11 +465,11 @@ def copy_thread(ctx: Context, source: str, target: str, up_to: str | None = None
     dst = locate({"configurable": {"thread_id": target}}).thread_id
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
-    yield from _settle(ctx)
+    yield from drain_journal(ctx)
     copy = yield from copy_statement(ctx, src, dst, up_to)
     trim = [] if up_to is None else [
         Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": [dst]})]
-    yield from _mutate_threads(
+    yield from mutate_threads(
         ctx,
         [dst],
         [
@@ -496,14 +496,14 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     if strategy == "delete":
         yield from delete_threads(ctx, ids)
         return None
-    yield from _settle(ctx)
+    yield from drain_journal(ctx)
     rows = yield from prune_scan(ctx, ids)
-    yield from _mutate_threads(ctx, ids, prune_statements(ctx, ids, rows))
+    yield from mutate_threads(ctx, ids, prune_statements(ctx, ids, rows))
     return None
 
 
 def prune_scan(ctx: Context, thread_ids: Sequence[str]) -> Op[list[dict[str, Any]]]:
-    """The shape of the threads' histories that `_keep_set` walks."""
+    """The shape of the threads' histories that `keep_set` walks."""
     scan = Statement(ctx.statements.prune_scan_sql, {"thread_ids": list(thread_ids)}, fetch=True)
     rows: list[dict[str, Any]] = (
         yield Cold((Statement(ctx.statements.no_jit_sql, {}), scan))
@@ -528,7 +528,7 @@ def prune_statements(
     checkpoints (with their writes) older than the latest the scan saw of their namespace,
     then blobs no remaining checkpoint refers to, after locking the threads' head rows.
     The last two return what they deleted."""
-    keep = list(_keep_set(rows, roots))
+    keep = list(keep_set(rows, roots))
     latest: dict[tuple[str, str], str] = {}  # the latest checkpoint the scan saw per namespace
     for row in rows:
         space = (row["thread_id"], row["checkpoint_ns"])
@@ -553,7 +553,7 @@ def prune_statements(
     ]
 
 
-def _keep_set(
+def keep_set(
     rows: list[dict[str, Any]], roots: Roots = latest_only
 ) -> Iterator[tuple[str, str, str]]:
     """``(thread, namespace, checkpoint)`` of every checkpoint a prune keeps: the ``roots``

@@ -7,7 +7,7 @@ from typing import Any
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.writes import _keep_set
+from langgraph_durable._core.writes import keep_set
 from tests.core.script import Script, cold, empty_journal, hot
 
 
@@ -24,7 +24,7 @@ def test_keeps_the_latest_checkpoint_of_each_thread_and_namespace() -> None:
     rows = [_row("c1", None), _row("c2", "c1"), _row("c3", "c2"),
             _row("s1", None, ns="sub"), _row("s2", "s1", ns="sub"),
             _row("d1", None, thread="t2")]
-    assert sorted(_keep_set(rows)) == [("t1", "", "c3"), ("t1", "sub", "s2"), ("t2", "", "d1")]
+    assert sorted(keep_set(rows)) == [("t1", "", "c3"), ("t1", "sub", "s2"), ("t2", "", "d1")]
 
 
 def test_keeps_every_ancestor_back_to_each_delta_channels_seed() -> None:
@@ -37,22 +37,22 @@ def test_keeps_every_ancestor_back_to_each_delta_channels_seed() -> None:
         _row("c3", "c2", counters={"messages": 2}),
         _row("c4", "c3", counters={"messages": 3, "notes": 1}),
     ]
-    assert list(_keep_set(rows)) == [("t1", "", "c4"), ("t1", "", "c3"), ("t1", "", "c2"),
+    assert list(keep_set(rows)) == [("t1", "", "c4"), ("t1", "", "c3"), ("t1", "", "c2"),
                                      ("t1", "", "c1")]
     rows[1]["stored_channels"] = ["notes", "messages"]  # a newer seed of messages
-    assert list(_keep_set(rows)) == [("t1", "", "c4"), ("t1", "", "c3"), ("t1", "", "c2")]
+    assert list(keep_set(rows)) == [("t1", "", "c4"), ("t1", "", "c3"), ("t1", "", "c2")]
 
 
 def test_a_latest_checkpoint_that_stores_its_delta_channels_keeps_nothing_else() -> None:
     """A latest checkpoint that holds a full value of each delta channel needs no ancestor."""
     rows = [_row("c1", None), _row("c2", "c1", counters={"m": 4}, stored=["m"])]
-    assert list(_keep_set(rows)) == [("t1", "", "c2")]
+    assert list(keep_set(rows)) == [("t1", "", "c2")]
 
 
 def test_the_walk_stops_at_a_parent_that_is_gone() -> None:
     """An ancestor already pruned (or never flushed) ends the walk without an error."""
     rows = [_row("c3", "c2", counters={"m": 1}), _row("c5", "c4", counters={"m": 2})]
-    assert list(_keep_set(rows)) == [("t1", "", "c5")]
+    assert list(keep_set(rows)) == [("t1", "", "c5")]
 
 
 def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> None:
