@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_durable import DurableSaver
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.conftest import POSTGRES_URL, REDIS_URL, postgres_url
 from tests.graphs import chat_graph
 
 FIRST, SECOND = "first", "second"
@@ -61,7 +61,7 @@ class KillPoint:
 
 def postgres_saver_url(schema: str) -> str:
     """The Postgres URL with ``schema`` as the search path (PostgresSaver has no schema option)."""
-    return f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    return postgres_url(query={"options": f"-csearch_path={schema}"})
 
 
 def open_saver(kind: str, schema: str, prefix: str,
