@@ -168,10 +168,15 @@ def test_write_behind_with_redis_unreachable_fails_closed_and_keeps_one_line(
 
 
 @pytest.mark.parametrize("write_mode", ["through"])
-def test_a_readers_warm_never_overwrites_newer_pending_writes(make_saver: Any) -> None:
+@pytest.mark.parametrize("wiped", [False, True], ids=["redis-kept", "redis-emptied-before-warm"])
+def test_a_readers_warm_never_overwrites_newer_pending_writes(
+    make_saver: Any, wiped: bool
+) -> None:
     """A reader misses Redis and reads Postgres; before it loads that row into Redis, a
     writer stores a pending write and applies it to Redis. The reader's load is refused
-    (it is older), so the acknowledged write stays visible to every later read."""
+    (it is older), so the acknowledged write stays visible to every later read. Also when
+    Redis is emptied between the writer and the load: the versions that would refuse it
+    are gone, and so is the ticket the reader's miss was handed."""
     saver = make_saver(write_mode="through")
     thread = f"t-{uuid.uuid4()}"
     (config,) = _chain(saver, thread, ["v1"])
@@ -183,6 +188,8 @@ def test_a_readers_warm_never_overwrites_newer_pending_writes(make_saver: Any) -
         request = reader.send(tiers.execute(request, _no_effects))
     row = tiers.execute(request, _no_effects)
     saver.put_writes(config, [("value", "pending")], task_id="task-1")
+    if wiped:
+        _forget_hot(saver, thread)
     with pytest.raises(StopIteration):
         request = reader.send(row)
         while True:
@@ -190,6 +197,54 @@ def test_a_readers_warm_never_overwrites_newer_pending_writes(make_saver: Any) -
     for process in (saver, make_saver(write_mode="through")):
         tup = process.get_tuple(_config(thread))
         assert tup is not None and tup.pending_writes == [("task-1", "value", "pending")]
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_late_update_after_redis_was_emptied_never_moves_the_head_back(
+    make_saver: Any,
+) -> None:
+    """A writer commits v2 and stalls before it updates Redis; another process extends v2
+    with v3; Redis is emptied (a restart); then the stalled update arrives. Redis forgot
+    v3's version, but the update lost its intent with it, so it does not start a fresh
+    index at v2: every process reads v3."""
+    slow, other = make_saver(write_mode="through"), make_saver(write_mode="through")
+    thread = f"t-{uuid.uuid4()}"
+    (first,) = _chain(slow, thread, ["v1"])
+    checkpoint = empty_checkpoint()
+    version = slow.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": "v2"}
+    checkpoint["channel_versions"] = {"value": version}
+    writer = ops.put(slow.engine.context, first, checkpoint, {"source": "loop", "step": 1},
+                     {"value": version})
+    tiers = slow.engine.tiers()
+    request = next(writer)
+    while getattr(request, "script", None) != "put":  # up to its Redis update
+        request = writer.send(tiers.execute(request, _no_effects))
+    latest = other.get_tuple(_config(thread))
+    assert latest is not None and latest.checkpoint["channel_values"]["value"] == "v2"
+    _put(other, latest.config, "v3")
+    _forget_hot(slow, thread)
+    with pytest.raises(StopIteration):
+        writer.send(tiers.execute(request, _no_effects))
+    for process in (slow, other, make_saver(write_mode="through")):
+        assert _value(process, _config(thread)) == "v3"
+
+
+def test_reading_unknown_threads_leaves_only_short_lived_keys(make_saver: Any) -> None:
+    """A read of a thread that does not exist (a typo, a scan by an attacker) stores
+    nothing that outlives a minute in Redis, even with no hot TTL at all."""
+    saver = make_saver(hot_ttl=0)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        for n in range(20):
+            thread = f"missing-{uuid.uuid4()}-{n}"
+            assert saver.get_tuple(_config(thread)) is None
+            pattern = ThreadKeys(saver.config.key_prefix, thread).base
+            found = list(client.scan_iter(match=pattern.replace("{", "[{]").replace("}", "[}]")
+                                          + "*"))
+            assert all(0 < client.pttl(key) <= 60_000 for key in found), found
+    finally:
+        client.close()
 
 
 def test_evicted_registry_never_serves_deleted_checkpoints(make_saver: Any) -> None:

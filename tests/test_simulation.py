@@ -145,9 +145,14 @@ def test_replay(env: Env) -> None:
 # write-behind: a mark dropping unflushed data (267), a drain taking over the background
 # flusher's batch (321), a flush landing after a wipe (785, 3126), a busy read skipping
 # the journal (2486), a compare-and-set racing a write going through Postgres (2937),
-# a lost-reply root (3136), a stale copy after a wipe (24, 145, 219, 1360).
+# a lost-reply root (3136), a stale copy after a wipe (24, 145, 219, 1360); through:
+# a warm that straddled a wipe (1696), a late apply after a wipe starting a fresh index
+# (5583), a non-head apply refilling an evicted index (2800), a late acknowledgement of a
+# checkpoint already extended (1292, 5305: one line, not a fork).
 REGRESSION_SEEDS = [
-    *((seed, "through") for seed in (20, 29, 111, 217, 297, 344, 888, 1309, 1334, 1981, 3109)),
+    *((seed, "through")
+      for seed in (20, 29, 111, 217, 297, 344, 888, 1292, 1309, 1334, 1696, 1981, 2800, 3109,
+                   5305, 5583)),
     *((seed, "behind") for seed in (24, 145, 219, 267, 321, 785, 1360, 2486, 2937, 3126)),
 ]
 

@@ -11,7 +11,8 @@ no id can close the hash tag, add a separator, or collide with another id's keys
     <prefix>:{<b64 thread>}:u                  HASH  write-behind: "<b64 ns>:<id>" -> entries
                                                      of that checkpoint not yet in Postgres
     <prefix>:{<b64 thread>}:v                  HASH  "<b64 ns>" -> newest version of the
-                                                     namespace seen; "*" -> tombstone
+                                                     namespace seen; "*" -> tombstone;
+                                                     "!" -> warm ticket (see GET_SCRIPT)
     <prefix>:journal                           STREAM write-behind flush journal
     <prefix>:journal:bytes                     STRING payload bytes the journal holds
     <prefix>:dead                              STREAM journal entries Postgres rejected

@@ -11,6 +11,8 @@ expire.
 
 from __future__ import annotations
 
+TICKET_MS = 60_000  # life of a warm ticket a read of a thread without versions creates
+
 _PRELUDE = """
 local function refresh(key, ttl)
   if ttl > 0 and redis.call('PTTL', key) > 0 then redis.call('PEXPIRE', key, ttl) end
@@ -25,6 +27,10 @@ local function held(vkey, field)
   local own = tonumber(redis.call('HGET', vkey, field) or '0') or 0
   local tomb = tonumber(redis.call('HGET', vkey, '*') or '0') or 0
   return math.max(own, tomb), tomb
+end
+-- The versions hash outlives the thread's other keys: with no hot TTL (0) it has none.
+local function settle_versions(vkey, ttl)
+  if ttl <= 0 then redis.call('PERSIST', vkey) else redis.call('PEXPIRE', vkey, ttl) end
 end
 local function raise_version(vkey, field, version)
   if version > (tonumber(redis.call('HGET', vkey, field) or '0') or 0) then
@@ -58,18 +64,27 @@ end
 # may have committed in Postgres and not reached Redis yet, so the caller reads Postgres.
 # A key the thread's registry does not list is not part of its copy (it outlived an
 # eviction or a drop): the read is a miss.
+# A miss or busy reply hands out the thread's warm ticket (field "!" of its versions hash,
+# created if absent): the caller's warm is accepted only while the ticket is unchanged.
+# A Redis emptied, restarted or evicted between this read and the warm has lost the
+# versions a concurrent writer raised meanwhile; it has lost the ticket too, so the warm
+# (built from a Postgres read that may predate that writer) is refused. A ticket created
+# here lives TICKET_MS unless a write or warm gives the hash the thread's lifetime, so a
+# read of an unknown thread leaves nothing behind for long.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] registry  KEYS[5] unflushed
+# KEYS[6] versions hash
 # ARGV[1] checkpoint key prefix  ARGV[2] checkpoint id or ""  ARGV[3] ttl ms (0: none)
 # ARGV[4] id the caller holds decoded ("" if none)  ARGV[5] its version field "v"
-# ARGV[6] the namespace's unflushed member prefix ("<b64 ns>:")
-# returns {"busy", dirty} | {"miss", dirty} (dirty = 1: the namespace has entries not yet
-#         flushed; the caller drains the journal before it reads Postgres. Entries of the
-#         thread's other namespaces do not change what Postgres holds for this one, so a
-#         subgraph's first read does not wait for its parent's entries to drain)
+# ARGV[6] the namespace's unflushed member prefix ("<b64 ns>:")  ARGV[7] a new ticket
+# returns {"busy", dirty, ticket} | {"miss", dirty, ticket} (dirty = 1: the namespace has
+#         entries not yet flushed; the caller drains the journal before it reads Postgres.
+#         Entries of the thread's other namespaces do not change what Postgres holds for
+#         this one, so a subgraph's first read does not wait for its parent's entries)
 #       | {"same", id, head} (the caller's copy is current; head = 1: it is the latest)
 #       | {"hit", id, field, value, ..., "\0head", head, "\0blobs", field, frame, ...}
 GET_SCRIPT = (
     _PRELUDE
+    + f"local TICKET_MS = {TICKET_MS}\n"
     + """
 local function record(key, id, head)
   local h = redis.call('HGETALL', key)
@@ -101,10 +116,18 @@ local function dirty()
   end
   return 0
 end
-local function miss()
-  return {'miss', dirty()}
+local function ticket()
+  local held_ticket = redis.call('HGET', KEYS[6], '!')
+  if held_ticket then return held_ticket end
+  local fresh = redis.call('EXISTS', KEYS[6]) == 0
+  redis.call('HSET', KEYS[6], '!', ARGV[7])
+  if fresh then redis.call('PEXPIRE', KEYS[6], TICKET_MS) end
+  return ARGV[7]
 end
-if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy', dirty()} end
+local function miss()
+  return {'miss', dirty(), ticket()}
+end
+if redis.call('ZCARD', KEYS[1]) > 0 then return {'busy', dirty(), ticket()} end
 if redis.call('SISMEMBER', KEYS[4], KEYS[2]) == 0 then return miss() end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1)
 if #last == 0 then return miss() end
@@ -168,9 +191,10 @@ return 1
 #
 # Write-through (after the Postgres commit): a write older than the thread's tombstone
 # (the thread was deleted or invalidated after it committed) changes nothing, and so does
-# one that was not the namespace's head when it committed unless Redis holds the
-# namespace (a fresh index must start at the true head); otherwise the namespace's
-# version rises to the committed one.
+# one that was not the namespace's head when it committed, or whose intent Redis lost,
+# unless Redis holds the namespace's index (a fresh index must start at the true head,
+# also when only the index was evicted and the registry still lists it); otherwise the
+# namespace's version rises to the committed one.
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
 # Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot or (any
@@ -193,7 +217,12 @@ local version = tonumber(ARGV[11])
 local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
 if version > 0 then
   local _, tomb = held(KEYS[7], ARGV[13])
-  if version < tomb or (ARGV[12] ~= 'h' and redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0)
+  -- a fresh index needs a put committed as the head whose intent still stands: a Redis
+  -- that lost the intent (emptied, restarted) also lost the versions of any put that
+  -- committed after this one, so this one may no longer be the head
+  local fresh = ARGV[12] == 'h' and redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if version < tomb or (not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
+                                       or redis.call('EXISTS', KEYS[2]) == 0))
   then
     if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
     return 0
@@ -218,7 +247,7 @@ redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
 if version > 0 then raise_version(KEYS[7], ARGV[13], version) end
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
 for i = 2, 5 do settle(KEYS[i], ttl) end
-settle(KEYS[7], ttl)
+settle_versions(KEYS[7], ttl)
 local keep = tonumber(ARGV[8])
 local total = redis.call('ZCARD', KEYS[2])
 -- unflushed checkpoints cannot go: trim only once enough flushed ones piled up
@@ -333,7 +362,8 @@ redis.call('HSET', KEYS[2], 'v', ARGV[3])
 if version > 0 then raise_version(KEYS[7], ARGV[5], version) end
 done()
 settle(KEYS[2], ttl)
-for i = 5, 7 do settle(KEYS[i], ttl) end
+for i = 5, 6 do settle(KEYS[i], ttl) end
+settle_versions(KEYS[7], ttl)
 settle(KEYS[3], ttl)
 """
 
@@ -356,20 +386,24 @@ PUT_WRITES_BEHIND_SCRIPT = _journaled(
 # never touches the index: a read by id must not create or move a head). Refused
 # (returns 0) while a live writer is at work on the thread (its intent has not passed its
 # deadline), while the thread has entries not yet flushed (Redis is newer than Postgres),
-# and when the copy read is older than one Redis has already seen (its version is below
-# the namespace's version or the thread's tombstone). Expired intents (writers that died)
-# are cleared with the thread's whole copy (they may have left any namespace stale): the
-# Postgres read that preceded this call saw whatever they committed.
+# when the copy read is older than one Redis has already seen (its version is below
+# the namespace's version or the thread's tombstone), and in "head" mode when the warm
+# ticket the read was handed has gone (Redis lost the versions hash since: see GET).
+# Expired intents (writers that died) are cleared with the thread's whole copy (they may
+# have left any namespace stale): the Postgres read that preceded this call saw whatever
+# they committed.
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] unflushed hash  KEYS[7] versions hash
 # ARGV[1] now ms  ARGV[2] ttl ms  ARGV[3] checkpoint id  ARGV[4] frame  ARGV[5] metadata
 # ARGV[6] parent  ARGV[7] blob refs  ARGV[8] version read  ARGV[9] versions field
-# ARGV[10] "head" or "repair"  ARGV[11] number of blob pairs n
-# ARGV[12 .. 11+2n] blob field, frame  ARGV[12+2n ..] write field, value (and "v", token)
+# ARGV[10] "head" or "repair"  ARGV[11] number of blob pairs n  ARGV[12] ticket
+# ARGV[13 .. 12+2n] blob field, frame  ARGV[13+2n ..] write field, value (and "v", token)
 # returns 1 if warmed, 0 if refused
 WARM_SCRIPT = (
     _PRELUDE
     + """
+local head = ARGV[10] == 'head'
+if head and redis.call('HGET', KEYS[7], '!') ~= ARGV[12] then return 0 end
 local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
 if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
@@ -380,22 +414,21 @@ if expired > 0 then
 end
 local version = tonumber(ARGV[8])
 if version < held(KEYS[7], ARGV[9]) then return 0 end
-local head = ARGV[10] == 'head'
 if not head and redis.call('SISMEMBER', KEYS[5], KEYS[4]) == 0 then return 0 end
 local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[11])
 if head then adopt(KEYS[5], KEYS[2], KEYS[3], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])) end
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7])
-if #ARGV > 11 + 2 * n then redis.call('HSET', KEYS[4], unpack(ARGV, 12 + 2 * n)) end
-if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 12, 11 + 2 * n)) end
+if #ARGV > 12 + 2 * n then redis.call('HSET', KEYS[4], unpack(ARGV, 13 + 2 * n)) end
+if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 13, 12 + 2 * n)) end
 if head then
   redis.call('ZADD', KEYS[2], 0, ARGV[3])
   redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
   raise_version(KEYS[7], ARGV[9], version)
 end
 for i = 2, 5 do settle(KEYS[i], ttl) end
-settle(KEYS[7], ttl)
+settle_versions(KEYS[7], ttl)
 return 1
 """
 )

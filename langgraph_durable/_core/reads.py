@@ -202,7 +202,14 @@ def _get(
 ) -> Hot:
     return Hot(
         "get",
-        [keys.intents, keys.index(ns), keys.blobs(ns), keys.registry, keys.unflushed],
+        [
+            keys.intents,
+            keys.index(ns),
+            keys.blobs(ns),
+            keys.registry,
+            keys.unflushed,
+            keys.versions,
+        ],
         [
             keys.checkpoint_prefix(ns),
             checkpoint_id,
@@ -210,6 +217,7 @@ def _get(
             held,
             held_version,
             keys.unflushed_member(ns, ""),
+            new_version(),
         ],
     )
 
@@ -286,14 +294,18 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
         return None
     row = rows[0]
     tup = yield from _cold_tuple(ctx, row)
-    if reply is not None and where.checkpoint_id is None:
-        yield from _warm(ctx, keys, row, "head")
+    if reply is not None and reply[0] in (b"miss", b"busy") and where.checkpoint_id is None:
+        yield from _warm(ctx, keys, row, "head", reply[2])
     elif reply is not None and reply[0] == b"hit":  # a damaged hot copy: repair it
-        yield from _warm(ctx, keys, row, "repair")
+        yield from _warm(ctx, keys, row, "repair", b"")
     return tup, where.checkpoint_id is None or row["head"] == row["checkpoint_id"]
 
 
-def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str) -> Op[None]:
+def _warm(
+    ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str, ticket: bytes
+) -> Op[None]:
+    """Load the row into Redis; `ticket` is the one the read's miss was handed (see
+    GET_SCRIPT): a Redis that lost it since refuses the warm."""
     ns = row["checkpoint_ns"]
     blobs, writes = _row_parts(row)
     refs: list[str] = []
@@ -330,6 +342,7 @@ def _warm(ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str) -> Op[
                 keys.version_field(ns),
                 mode,
                 len(blobs),
+                ticket,
                 *blob_args,
                 *write_args,
             ],

@@ -235,10 +235,10 @@ class Checker:
                 continue  # lost with a wiped Redis before it reached Postgres
             if any(_overlaps(d, prev.start, r.end) for d in deletes):
                 continue
-            node, seen = r.call.checkpoint_id, 0
-            while node and node != prev.call.checkpoint_id and seen < 10_000:
-                node, seen = parent.get(node, ""), seen + 1
-            if node != prev.call.checkpoint_id:
+            if _descends(parent, prev.call.checkpoint_id, r.call.checkpoint_id):
+                continue  # acknowledged late: a child of it was read from Postgres and
+                # extended (and acknowledged) before this reply arrived; one line still
+            if not _descends(parent, r.call.checkpoint_id, prev.call.checkpoint_id):
                 basis = self.history[r.call.basis]
                 why = ("its writer's read began after that: a stale read"
                        if prev.ends_before(basis.start) and basis.call.kind != "put"
@@ -305,6 +305,16 @@ def _writes(tup: CheckpointTuple | None) -> set[tuple[str, str, str]]:
 def place(thread: str, ns: str) -> str:
     """``t0`` or ``t0/inner``."""
     return short(thread) + (f"/{ns}" if ns else "")
+
+
+def _descends(parent: dict[str, str | None], child: str, ancestor: str) -> bool:
+    """Whether ``child`` is ``ancestor`` or descends from it."""
+    node: str | None = child
+    for _ in range(10_000):
+        if not node or node == ancestor:
+            break
+        node = parent.get(node)
+    return node == ancestor
 
 
 def _short(ids: Sequence[str | None]) -> str:
