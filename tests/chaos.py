@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, TierUnavailableError
 from tests import forked
 from tests.chaos_worker import EFFECTS_SQL, INPUTS, build, finished, items, run
 from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
@@ -118,6 +118,21 @@ class Tally:
 
 def _fmt(counter: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "-"
+
+
+def _await_hot(saver: DurableSaver, thread_id: str, timeout: float = 60.0) -> None:
+    """Wait until ``saver`` serves ``thread_id`` again: after this round's Redis restart, a
+    write-behind saver whose breaker opened refuses reads (fail closed) until its cooldown
+    has passed and a probe found Redis back, as an application would see it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+            return
+        except TierUnavailableError as exc:
+            if exc.tier != "hot" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 class Chaos:
@@ -207,6 +222,7 @@ class Chaos:
             self.tally.threads[f"{r.workload} {mode}"] += 1
         if mode == "behind":  # every acknowledged entry to Postgres before the checks
             self.savers[kind, mode].flush(timeout=60)
+            _await_hot(self.savers[kind, mode], runs[0].thread_id)
         for r in runs:
             self._check(r)
             if self.log is not None:
