@@ -9,11 +9,12 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-import redis.asyncio as redis
+from psycopg.rows import dict_row
 from redis.exceptions import NoScriptError
 
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
+from langgraph_durable._tiers import clients
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -24,10 +25,7 @@ from langgraph_durable._tiers.common import (
     cold_unavailable,
     hot_unavailable,
     not_set_up,
-    postgres_options,
-    redis_options,
 )
-from langgraph_durable._tiers.loop_pool import LoopPool
 from langgraph_durable.config import SaverConfig
 
 T = TypeVar("T")
@@ -36,16 +34,17 @@ T = TypeVar("T")
 class Tiers:
     """Both tiers' clients for one event loop."""
 
-    def __init__(self, config: SaverConfig, latencies: Latencies) -> None:
+    def __init__(self, config: SaverConfig, latencies: Latencies,
+                 provided: clients.Provided) -> None:
         self.latencies = latencies
-        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-            config.redis_url, **redis_options(config)))
+        self.clients = clients.for_loop(config, provided)
+        self.redis = self.clients.redis
         self.scripts = Scripts()
-        self.pool = LoopPool(
-            config.postgres_url, open=False, name="langgraph_durable", **postgres_options(config))
+        self.pool = self.clients.postgres
 
     async def open(self) -> None:
-        await self.pool.open(wait=False)
+        if self.clients.owns_postgres:
+            await self.pool.open(wait=False)
 
     async def run(self, op: Generator[Any, Any, T], effects: AsyncEffects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
@@ -110,7 +109,7 @@ class Tiers:
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:
             async with self.pool.connection() as conn:
-                if len(request.statements) == 1:
+                if len(request.statements) == 1 and conn.autocommit:
                     return [await self._execute(conn, request.statements[0])]
                 async with conn.transaction():
                     return [await self._execute(conn, s) for s in request.statements]
@@ -128,13 +127,17 @@ class Tiers:
 
     @staticmethod
     async def _execute(conn: psycopg.AsyncConnection[Any], statement: Any) -> Any:
-        cursor = await conn.execute(statement.query, statement.params)
+        cursor = conn.cursor(row_factory=dict_row)
+        cursor = await cursor.execute(statement.query, statement.params)
         return await cursor.fetchall() if statement.fetch else None
 
     async def close(self) -> None:
-        await self.pool.close()
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        """Close the clients the saver made (never the ones passed in)."""
+        if self.clients.owns_postgres:
+            await self.pool.close()
+        if self.clients.owns_redis:
+            await self.redis.aclose()
+            await self.redis.connection_pool.disconnect()
 
 
 def conn_was_broken(exc: psycopg.OperationalError) -> bool:

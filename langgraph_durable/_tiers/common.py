@@ -126,7 +126,9 @@ _DRIVER = _driver()
 
 
 def postgres_options(config: SaverConfig) -> dict[str, Any]:
-    """Options for a psycopg pool: autocommit connections, waiting callers."""
+    """Options for a psycopg pool: autocommit connections, waiting callers. (The drivers
+    ask for dict rows per cursor and open a transaction where a connection is not in
+    autocommit, so a pool passed in by the application may be set up either way.)"""
     return {
         "min_size": 1,
         "max_size": config.postgres_max_connections,
@@ -201,7 +203,9 @@ def probe_cold(config: SaverConfig) -> None:
     """
     where = mask_url(config.postgres_url)
     try:
-        psycopg.connect(config.postgres_url, connect_timeout=5, autocommit=True).close()
+        extra = dict(config.postgres_credentials()) if config.postgres_credentials else {}
+        psycopg.connect(config.postgres_url, **{"connect_timeout": 5, "autocommit": True,
+                                                **extra}).close()
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if any(marker in reason for marker in _PERMANENT):
