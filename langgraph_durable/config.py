@@ -257,6 +257,11 @@ class SaverConfig:
                 getattr(self.redis_credential_provider, "get_credentials", None)):
             raise ConfigurationError(
                 "redis_credential_provider must be a redis.credentials.CredentialProvider")
+        if self.redis_credential_provider is not None and (
+                urlsplit(self.redis_url).password or "password=" in self.redis_url):
+            raise ConfigurationError(
+                f"redis_url {mask_url(self.redis_url)} has a password and "
+                "redis_credential_provider is set: give the credentials one way")
         if self.postgres_credentials is not None and not callable(self.postgres_credentials):
             raise ConfigurationError(
                 "postgres_credentials must be a callable returning libpq settings")

@@ -120,7 +120,10 @@ pool_mode = transaction
 default_pool_size = 4
 ignore_startup_parameters = extra_float_digits,options
 """)
-    binary = shutil.which("pgbouncer") or "pgbouncer"
+    binary = shutil.which("pgbouncer")
+    if binary is None:
+        raise RuntimeError("pgbouncer is not installed: `apt-get install pgbouncer` "
+                           "(.ci/run installs it)")
     if os.geteuid() == 0:
         workdir.chmod(0o777)
         postgres = pwd.getpwnam("postgres")

@@ -202,15 +202,9 @@ def client_for_url(url: str, lib: ModuleType, **options: Any) -> Any:
     connection settings plus the pool's ``max_connections`` and ``timeout``.
 
     Raises:
-        ConfigurationError: a Sentinel URL without sentinels or service name, or a URL
-            with a password as well as a credential provider.
+        ConfigurationError: a Sentinel URL without sentinels or service name.
     """
     sentinel = parse_sentinel(url) if url.startswith(SENTINEL_SCHEMES) else None
-    if options.get("credential_provider") is not None and (
-            (sentinel.password if sentinel else urlsplit(url).password) or "password=" in url):
-        raise ConfigurationError(
-            f"redis_url {mask_url(url)} has a password and redis_credential_provider is set: "
-            "give the credentials one way")
     if sentinel is None:
         pool = lib.BlockingConnectionPool.from_url(url, **options)
         return lib.Redis(connection_pool=pool)

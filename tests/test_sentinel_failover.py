@@ -1,0 +1,147 @@
+"""Redis behind Sentinel: the saver finds the primary through ``redis+sentinel://`` and
+follows it when the primary dies and a replica is promoted. In write-through mode nothing
+acknowledged is lost (Postgres is the record) and reads never go back in time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from langgraph_durable import DurableSaver
+from langgraph_durable.errors import TierUnavailableError
+from tests.cli_runner import cli_for
+from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
+from tests.deployment_servers import pings, process, redis_args, redis_binary, wait_until
+from tests.faults import free_port
+
+pytestmark = pytest.mark.timeout(90)
+
+SERVICE = "lgdmaster"
+
+
+@dataclass
+class Watched:
+    """A primary and its replica on their own ports, and a sentinel watching them."""
+
+    primary: int
+    replica: int
+    sentinel: int
+    stack: ExitStack
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.sentinel}/{SERVICE}/0"
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[Watched, dict[str, object]]]:
+    primary, replica, sentinel = free_port(), free_port(), free_port()
+    procs: dict[str, object] = {}
+    with ExitStack() as stack:
+        for name, port, extra in (
+            ("primary", primary, ()),
+            ("replica", replica, ("--replicaof", "127.0.0.1", str(primary))),
+        ):
+            workdir = tmp_path / name
+            workdir.mkdir()
+            procs[name] = stack.enter_context(process(
+                redis_args(workdir, port, *extra), pings(port=port), log=workdir / "log"))
+        wait_until(lambda: redis.Redis(port=replica).info("replication")
+                   .get("master_link_status") == "up")
+        conf = tmp_path / "sentinel.conf"
+        conf.write_text(
+            f"port {sentinel}\nbind 127.0.0.1\ndir {tmp_path}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 1\n"
+            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            f"sentinel failover-timeout {SERVICE} 10000\n")
+        stack.enter_context(process([redis_binary(tmp_path), str(conf), "--sentinel"],
+                                    _knows_replica(sentinel), log=tmp_path / "sentinel.log"))
+        yield Watched(primary, replica, sentinel, stack), procs
+
+
+def _knows_replica(port: int) -> Callable[[], bool]:
+    """Whether the sentinel is connected to the replica and has its state (it would not
+    promote one it has not heard from)."""
+    def ready() -> bool:
+        client = redis.Redis(port=port, socket_timeout=1, decode_responses=True)
+        try:
+            replicas = client.sentinel_slaves(SERVICE)
+        finally:
+            client.close()
+        return any(r.get("flags") == "slave" and r.get("master-link-status") == "ok"
+                   for r in replicas)
+    return ready
+
+
+def _head(saver: DurableSaver, thread_id: str) -> object:
+    found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    assert found is not None
+    return found.checkpoint["channel_values"]["value"]
+
+
+def test_writes_go_on_after_the_primary_dies_and_nothing_acknowledged_is_lost(
+        watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
+    """A write-through saver on the Sentinel URL writes to the primary; the primary is
+    SIGKILLed and the sentinel promotes the replica. Writes during the failover either
+    raise or are acknowledged; after it the saver writes to the new primary, every
+    acknowledged checkpoint is in Postgres, and each thread reads back its newest one,
+    from blocking and async callers."""
+    servers, procs = watched
+    schema, prefix = namespace
+    acknowledged: dict[str, int] = {}  # each thread's newest acknowledged value
+    count = {"a": 0, "b": 0}  # and how many puts were acknowledged
+    with DurableSaver(servers.url, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                      breaker_cooldown=0.2) as saver:
+        saver.setup()
+        for step in range(5):
+            for thread in ("a", "b"):
+                put_value(saver, thread, step)
+                acknowledged[thread] = step
+                count[thread] += 1
+        old = redis.Redis(port=servers.primary)
+        assert any(True for _ in old.scan_iter(match=f"{prefix}*"))
+        old.close()
+
+        procs["primary"].kill()  # type: ignore[attr-defined]
+        # the sentinel sees it down after 1 s and promotes the replica (quorum 1)
+        new = redis.Redis(port=servers.replica)
+        wait_until(lambda: new.info("replication")["role"] == "master", timeout=20)
+
+        deadline = time.monotonic() + 20
+        step = 5
+        while time.monotonic() < deadline:  # until a write lands on the new primary
+            for thread in ("a", "b"):
+                try:
+                    put_value(saver, thread, step)
+                    acknowledged[thread] = step
+                    count[thread] += 1
+                except TierUnavailableError:
+                    time.sleep(0.1)
+            step += 1
+            if any(True for _ in new.scan_iter(match=f"{prefix}*")) and step > 8:
+                break
+        assert any(True for _ in new.scan_iter(match=f"{prefix}*")), "never wrote to it"
+        new.close()
+        for thread, last in acknowledged.items():
+            assert _head(saver, thread) == last
+            found = asyncio.run(saver.aget_tuple(
+                {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+            assert found is not None and found.checkpoint["channel_values"]["value"] == last
+            assert cold_checkpoints(schema, thread) >= count[thread]
+
+
+def test_doctor_reaches_the_primary_through_the_sentinel(
+        watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
+    """``langgraph-durable doctor --redis-url redis+sentinel://...`` asks the sentinel for
+    the primary and checks it like any Redis."""
+    servers, _ = watched
+    result = cli_for(namespace)("doctor", "--redis-url", servers.url)
+    line = next(line for line in result.stdout.splitlines() if servers.url in line)
+    assert "Redis" in line and "✔" in line
