@@ -5,8 +5,10 @@ acknowledged is lost (Postgres is the record) and reads never go back in time.""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +147,35 @@ def test_doctor_reaches_the_primary_through_the_sentinel(
     result = cli_for(namespace)("doctor", "--redis-url", servers.url)
     line = next(line for line in result.stdout.splitlines() if servers.url in line)
     assert "Redis" in line and "✔" in line
+
+
+def test_the_sentinel_pool_makes_callers_wait_at_its_bound(
+        watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
+    """``redis_max_connections`` bounds the connections to the primary as with a plain URL:
+    eight threads writing at once through a pool of two all succeed (they wait for a
+    connection rather than fail) and the primary never sees more than two of the saver's."""
+    servers, _ = watched
+    schema, prefix = namespace
+    primary = redis.Redis(port=servers.primary, decode_responses=True, client_name="control")
+    seen: list[int] = []
+    one_at_a_time = threading.Lock()  # the test's own client keeps one connection
+
+    def saver_clients() -> int:
+        with one_at_a_time:
+            return sum(1 for c in primary.client_list() if "S" not in c["flags"]
+                       and not c.get("name", "").startswith(("sentinel", "control")))
+
+    with DurableSaver(servers.url, POSTGRES_URL, schema=schema, key_prefix=f"{prefix}-bound",
+                      redis_max_connections=2) as saver:
+        saver.setup()
+
+        def write(n: int) -> None:
+            for step in range(5):
+                put_value(saver, f"bound-{n}", step)
+                seen.append(saver_clients())
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(write, range(8)))
+        assert all(_head(saver, f"bound-{n}") == 4 for n in range(8))
+    primary.close()
+    assert max(seen) <= 2

@@ -208,9 +208,7 @@ def client_for_url(url: str, lib: ModuleType, **options: Any) -> Any:
     if sentinel is None:
         pool = lib.BlockingConnectionPool.from_url(url, **options)
         return lib.Redis(connection_pool=pool)
-    # redis-py's Sentinel pool does not wait for a free connection: it is left unbounded.
-    options.pop("timeout", None)
-    options.pop("max_connections", None)
+    pool = {k: options.pop(k) for k in ("timeout", "max_connections") if k in options}
     account = {k: v for k, v in (("username", sentinel.username),
                                  ("password", sentinel.password)) if v is not None}
     tls = {"ssl": True} if sentinel.tls else {}
@@ -220,7 +218,22 @@ def client_for_url(url: str, lib: ModuleType, **options: Any) -> Any:
                          "socket_timeout": options.get("socket_timeout"),
                          **sentinel.sentinel_account, **tls},
         **options, **account, **tls, **sentinel.extra)
-    return sentinels.master_for(sentinel.service, redis_class=lib.Redis, db=sentinel.db)
+    return sentinels.master_for(sentinel.service, redis_class=lib.Redis, db=sentinel.db,
+                                connection_pool_class=_BLOCKING_SENTINEL[lib], **pool)
+
+
+class _SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool):
+    """redis-py's Sentinel pool (connections to the current primary) that, like the
+    saver's other pools, makes a caller wait for a free connection at ``max_connections``."""
+
+
+class _AsyncSentinelBlockingPool(redis.asyncio.sentinel.SentinelConnectionPool,
+                                 redis.asyncio.BlockingConnectionPool):
+    """Async twin of `_SentinelBlockingPool`."""
+
+
+_BLOCKING_SENTINEL: dict[ModuleType, type] = {
+    redis: _SentinelBlockingPool, redis.asyncio: _AsyncSentinelBlockingPool}
 
 
 @dataclass(frozen=True, slots=True)
