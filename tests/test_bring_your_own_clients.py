@@ -153,22 +153,26 @@ def test_clients_that_cannot_serve_are_refused_with_the_reason(
 
 def _use_in_child(saver: DurableSaver, answer: Any) -> None:
     try:
-        saver.get_tuple(THREAD)
+        saver.delete_thread("t-other")  # a write: Redis and Postgres both
+        assert _value(saver) == "parent"
         answer.put("served")
     except ConfigurationError as exc:
         answer.put(str(exc))
 
 
-def test_a_forked_child_does_not_use_the_parents_postgres_pool(
+@pytest.mark.parametrize("postgres", ["pool passed in", "url"])
+def test_a_forked_child_keeps_the_redis_client_but_not_the_parents_postgres_pool(
         own_clients: tuple[redis.Redis, psycopg_pool.ConnectionPool[Any]],
-        namespace: tuple[str, str], no_env_urls: None) -> None:
-    """A pool passed in belongs to the process that made it (its sessions and threads):
-    in a child made by ``fork()`` the saver refuses it with what to do, instead of
-    sharing the parent's sessions."""
+        namespace: tuple[str, str], no_env_urls: None, postgres: str) -> None:
+    """In a child made by ``fork()``, a Redis client passed in goes on working (redis-py
+    reconnects in the new process) while a Postgres pool passed in belongs to the parent
+    (its sessions and threads): the saver refuses it, saying what to do, instead of sharing
+    the parent's sessions. With a URL instead, the child makes a pool of its own."""
     client, pool = own_clients
     schema, prefix = namespace
-    saver = DurableSaver(redis_client=client, postgres_pool=pool, schema=schema,
-                         key_prefix=prefix)
+    cold: dict[str, Any] = ({"postgres_pool": pool} if postgres == "pool passed in"
+                            else {"postgres_url": POSTGRES_URL})
+    saver = DurableSaver(redis_client=client, schema=schema, key_prefix=prefix, **cold)
     saver.setup()
     put_value(saver, "t-byo", "parent")
     context = multiprocessing.get_context("fork")
@@ -177,6 +181,9 @@ def test_a_forked_child_does_not_use_the_parents_postgres_pool(
     child.start()
     message = answer.get(timeout=30)
     child.join(30)
-    assert "forked" in message and "postgres_pool" in message
+    if postgres == "url":
+        assert message == "served"
+    else:
+        assert "forked" in message and "postgres_pool" in message
     assert _value(saver) == "parent"  # the parent's saver is untouched
     saver.close()

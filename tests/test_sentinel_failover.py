@@ -91,8 +91,8 @@ def _head(saver: DurableSaver, thread_id: str) -> object:
 def test_writes_go_on_after_the_primary_dies_and_nothing_acknowledged_is_lost(
         watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
     """A write-through saver on the Sentinel URL writes to the primary; the primary is
-    SIGKILLed and the sentinel promotes the replica. Writes during the failover either
-    raise or are acknowledged; after it the saver writes to the new primary, every
+    SIGKILLed and the sentinel promotes the replica. Writes during the failover go on
+    (Postgres alone, Redis bypassed); after it the saver writes to the new primary, every
     acknowledged checkpoint is in Postgres, and each thread reads back its newest one,
     from blocking and async callers."""
     servers, procs = watched
@@ -120,12 +120,10 @@ def test_writes_go_on_after_the_primary_dies_and_nothing_acknowledged_is_lost(
         step = 5
         while time.monotonic() < deadline:  # until a write lands on the new primary
             for thread in ("a", "b"):
-                try:
-                    put_value(saver, thread, step)
-                    acknowledged[thread] = step
-                    count[thread] += 1
-                except TierUnavailableError:
-                    time.sleep(0.1)
+                put_value(saver, thread, step)  # Redis or not, write-through goes on
+                acknowledged[thread] = step
+                count[thread] += 1
+            time.sleep(0.05)
             step += 1
             if any(True for _ in new.scan_iter(match=f"{prefix}*")) and step > 8:
                 break
@@ -179,3 +177,26 @@ def test_the_sentinel_pool_makes_callers_wait_at_its_bound(
         assert all(_head(saver, f"bound-{n}") == 4 for n in range(8))
     primary.close()
     assert max(seen) <= 2
+
+
+@pytest.mark.parametrize("write_mode", ["through", "behind"])
+def test_a_primary_that_refuses_writes_without_replicas_is_an_unavailable_hot_tier(
+        tmp_path: Path, namespace: tuple[str, str], write_mode: str) -> None:
+    """A primary set with ``min-replicas-to-write 1`` and no replica in reach refuses
+    writes (``NOREPLICAS``): the saver takes it as an unavailable hot tier, as it does a
+    down one. Write-through goes on from Postgres; write-behind raises
+    `TierUnavailableError` rather than acknowledge a write no replica holds."""
+    schema, prefix = namespace
+    port = free_port()
+    args = redis_args(tmp_path, port, "--min-replicas-to-write", "1")
+    with process(args, pings(port=port)), DurableSaver(
+            f"redis://127.0.0.1:{port}/0", POSTGRES_URL, schema=schema,
+            key_prefix=f"{prefix}-{write_mode}", write_mode=write_mode) as saver:
+        saver.setup()
+        if write_mode == "through":
+            put_value(saver, "guarded", 1)
+            assert _head(saver, "guarded") == 1
+            assert cold_checkpoints(schema, "guarded") == 1
+        else:
+            with pytest.raises(TierUnavailableError, match="Redis"):
+                put_value(saver, "guarded", 1)

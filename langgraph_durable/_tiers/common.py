@@ -80,7 +80,8 @@ class Scripts:
 
 
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
-_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
+_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+                       "NOREPLICAS")
 
 HOT_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
