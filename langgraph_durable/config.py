@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -81,6 +81,63 @@ def _mask_conninfo(conninfo: str, shown: str) -> str:
     return make_conninfo(
         "", **{k: _MASK if k in _SECRET_PARAMS else v for k, v in params.items()}
     )
+
+
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelUrl:
+    """A parsed ``redis+sentinel://`` URL.
+
+    Attributes:
+        hosts: the sentinels' addresses.
+        service: the monitored primary's name.
+        db: the database number on the primary.
+        username: user on the primary (and replicas).
+        password: password on the primary (and replicas).
+        sentinel_account: ``username``/``password`` for the sentinels themselves
+            (``?sentinel_username=``, ``?sentinel_password=``).
+        tls: ``rediss+sentinel``: TLS to the sentinels and the primary.
+        extra: any other query setting, passed to the primary's connections as text.
+    """
+
+    hosts: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_account: dict[str, str]
+    tls: bool
+    extra: dict[str, str]
+
+
+def parse_sentinel(url: str) -> SentinelUrl:
+    """Parse ``redis+sentinel://[user:password@]host[:port][,host[:port]]/service[/db]``.
+
+    Raises:
+        ConfigurationError: no sentinel address or no service name.
+    """
+    parts = urlsplit(url)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    hosts = []
+    for item in filter(None, hostlist.split(",")):
+        host, _, port = item.rpartition(":") if item.rpartition(":")[2].isdigit() else (
+            item, "", "26379")
+        hosts.append((host.strip("[]"), int(port)))
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not hosts or not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigurationError(
+            f"a Sentinel URL reads redis+sentinel://host:26379[,host:26379]/service[/db], "
+            f"got {mask_url(url)!r}")
+    query = dict(parse_qsl(parts.query))
+    account = {key.removeprefix("sentinel_"): query.pop(key)
+               for key in ("sentinel_username", "sentinel_password") if key in query}
+    return SentinelUrl(hosts=hosts, service=path[0], db=int(path[1]) if len(path) == 2 else 0,
+                       username=unquote(user) or None,
+                       password=unquote(password) if colon else None,
+                       sentinel_account=account, tls=url.startswith("rediss+"), extra=query)
 
 
 def seconds(value: float | timedelta) -> float:
@@ -257,6 +314,8 @@ class SaverConfig:
                 getattr(self.redis_credential_provider, "get_credentials", None)):
             raise ConfigurationError(
                 "redis_credential_provider must be a redis.credentials.CredentialProvider")
+        if self.redis_url.startswith(SENTINEL_SCHEMES):
+            parse_sentinel(self.redis_url)  # raises with the URL's form
         if self.redis_credential_provider is not None and (
                 urlsplit(self.redis_url).password or "password=" in self.redis_url):
             raise ConfigurationError(

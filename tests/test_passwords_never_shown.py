@@ -127,6 +127,20 @@ def test_doctor_masks_an_unreachable_sentinel_url(cli: Callable[..., Result]) ->
             "?sentinel_password=***") in result.stderr
 
 
+@pytest.mark.parametrize("url", [
+    f"redis+sentinel://:{SECRET}@127.0.0.1:26379/",
+    f"redis+sentinel://:{SECRET}@/mymaster/0",
+    f"redis+sentinel://:{SECRET}@127.0.0.1:26379/mymaster/zero",
+])
+def test_a_malformed_sentinel_url_is_refused_with_its_form_and_no_password(url: str) -> None:
+    """A Sentinel URL without sentinels, service name or a numeric database is refused
+    when the saver is made, the error showing the expected form and the URL masked."""
+    with pytest.raises(ConfigurationError) as caught:
+        DurableSaver(url)
+    assert SECRET not in str(caught.value)
+    assert "redis+sentinel://host:26379" in str(caught.value) and ":***@" in str(caught.value)
+
+
 class TokenProvider(CredentialProvider):
     """A credential provider holding its current token."""
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Generic, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import psycopg_pool
 import redis
@@ -29,7 +28,7 @@ import redis.sentinel
 
 from langgraph_durable._tiers.common import postgres_options, redis_options
 from langgraph_durable._tiers.loop_pool import LoopPool
-from langgraph_durable.config import SaverConfig, mask_url
+from langgraph_durable.config import SENTINEL_SCHEMES, SaverConfig, parse_sentinel
 from langgraph_durable.errors import ConfigurationError
 
 R = TypeVar("R")
@@ -37,7 +36,6 @@ P = TypeVar("P")
 
 SyncRedis = redis.Redis
 AsyncRedis = redis.asyncio.Redis
-SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,57 +232,3 @@ class _AsyncSentinelBlockingPool(redis.asyncio.sentinel.SentinelConnectionPool,
 
 _BLOCKING_SENTINEL: dict[ModuleType, type] = {
     redis: _SentinelBlockingPool, redis.asyncio: _AsyncSentinelBlockingPool}
-
-
-@dataclass(frozen=True, slots=True)
-class SentinelUrl:
-    """A parsed ``redis+sentinel://`` URL.
-
-    Attributes:
-        hosts: the sentinels' addresses.
-        service: the monitored primary's name.
-        db: the database number on the primary.
-        username: user on the primary (and replicas).
-        password: password on the primary (and replicas).
-        sentinel_account: ``username``/``password`` for the sentinels themselves
-            (``?sentinel_username=``, ``?sentinel_password=``).
-        tls: ``rediss+sentinel``: TLS to the sentinels and the primary.
-        extra: any other query setting, passed to the primary's connections as text.
-    """
-
-    hosts: list[tuple[str, int]]
-    service: str
-    db: int
-    username: str | None
-    password: str | None
-    sentinel_account: dict[str, str]
-    tls: bool
-    extra: dict[str, str]
-
-
-def parse_sentinel(url: str) -> SentinelUrl:
-    """Parse ``redis+sentinel://[user:password@]host[:port][,host[:port]]/service[/db]``.
-
-    Raises:
-        ConfigurationError: no sentinel address or no service name.
-    """
-    parts = urlsplit(url)
-    userinfo, _, hostlist = parts.netloc.rpartition("@")
-    user, colon, password = userinfo.partition(":")
-    hosts = []
-    for item in filter(None, hostlist.split(",")):
-        host, _, port = item.rpartition(":") if item.rpartition(":")[2].isdigit() else (
-            item, "", "26379")
-        hosts.append((host.strip("[]"), int(port)))
-    path = [unquote(p) for p in parts.path.split("/") if p]
-    if not hosts or not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-        raise ConfigurationError(
-            f"a Sentinel URL reads redis+sentinel://host:26379[,host:26379]/service[/db], "
-            f"got {mask_url(url)!r}")
-    query = dict(parse_qsl(parts.query))
-    account = {key.removeprefix("sentinel_"): query.pop(key)
-               for key in ("sentinel_username", "sentinel_password") if key in query}
-    return SentinelUrl(hosts=hosts, service=path[0], db=int(path[1]) if len(path) == 2 else 0,
-                       username=unquote(user) or None,
-                       password=unquote(password) if colon else None,
-                       sentinel_account=account, tls=url.startswith("rediss+"), extra=query)
