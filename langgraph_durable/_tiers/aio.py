@@ -35,9 +35,9 @@ class Tiers:
     """Both tiers' clients for one event loop."""
 
     def __init__(self, config: SaverConfig, latencies: Latencies,
-                 provided: clients.Provided) -> None:
+                 provided: clients.Provided | None = None) -> None:
         self.latencies = latencies
-        self.clients = clients.for_loop(config, provided)
+        self.clients = clients.for_loop(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
         self.pool = self.clients.postgres

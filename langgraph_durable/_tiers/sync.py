@@ -34,9 +34,9 @@ class Tiers:
     """Both tiers' clients for blocking callers (safe to share between threads)."""
 
     def __init__(self, config: SaverConfig, latencies: Latencies,
-                 provided: clients.Provided) -> None:
+                 provided: clients.Provided | None = None) -> None:
         self.latencies = latencies
-        self.clients = clients.blocking(config, provided)
+        self.clients = clients.blocking(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
         self.pool = self.clients.postgres
