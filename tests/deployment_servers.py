@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,28 +77,45 @@ def pings(**kwargs: Any) -> Callable[[], bool]:
     return ping
 
 
+@dataclass(frozen=True)
+class TlsRedis:
+    """Two TLS-only redis-servers: on ``port`` a client certificate is optional, on
+    ``mtls_port`` required; ``dir`` holds ``ca.crt`` and ``client.crt``/``client.key``."""
+
+    port: int
+    mtls_port: int
+    dir: Path
+
+
 @contextlib.contextmanager
-def tls_redis(workdir: Path) -> Iterator[tuple[int, Path]]:
-    """A redis-server that speaks TLS only; yields its port and the CA that signed it."""
+def tls_redis(workdir: Path) -> Iterator[TlsRedis]:
+    """Start the servers of `TlsRedis`, with a CA and certificates made by ``openssl``."""
     ca = workdir / "ca.crt"
-    for command in (
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-         "ca.crt", "-days", "1", "-subj", "/CN=lgd-test-ca"],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
-         "server.csr", "-subj", "/CN=127.0.0.1"],
-        ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-         "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "ext.cnf"],
-    ):
-        (workdir / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (workdir / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl = [["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+                "ca.crt", "-days", "1", "-subj", "/CN=lgd-test-ca"]]
+    for name in ("server", "client"):
+        openssl += [
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+             f"{name}.csr", "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "1", "-extfile", "ext.cnf"]]
+    for command in openssl:
         subprocess.run(["openssl", *command], cwd=workdir, check=True, capture_output=True)
-    port = free_port()
-    args = redis_args(workdir, 0, "--tls-port", str(port),
-                      "--tls-cert-file", str(workdir / "server.crt"),
-                      "--tls-key-file", str(workdir / "server.key"),
-                      "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no")
-    with process(args, pings(port=port, ssl=True, ssl_ca_certs=str(ca)),
-                 log=workdir / "tls.log"):
-        yield port, ca
+    with ExitStack() as stack:
+        ports = []
+        for auth in ("optional", "yes"):
+            port = free_port()
+            args = redis_args(workdir, 0, "--tls-port", str(port),
+                              "--tls-cert-file", str(workdir / "server.crt"),
+                              "--tls-key-file", str(workdir / "server.key"),
+                              "--tls-ca-cert-file", str(ca), "--tls-auth-clients", auth)
+            stack.enter_context(process(args, pings(
+                port=port, ssl=True, ssl_ca_certs=str(ca), ssl_certfile=str(
+                    workdir / "client.crt"), ssl_keyfile=str(workdir / "client.key")),
+                log=workdir / f"tls-{auth}.log"))
+            ports.append(port)
+        yield TlsRedis(ports[0], ports[1], workdir)
 
 
 def pgbouncer_args(workdir: Path, port: int, database: str) -> list[str]:

@@ -12,12 +12,15 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
+from redis.retry import Retry
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.errors import DurableError
+from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, REDIS_URL, postgres_url, put_value
-from tests.deployment_servers import pings, process, redis_args, tls_redis
+from tests.deployment_servers import TlsRedis, pings, process, redis_args, tls_redis
 from tests.faults import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,33 +45,57 @@ def _hot_keys(client: redis.Redis, prefix: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
-    with tls_redis(tmp_path_factory.mktemp("tls")) as server:
-        yield server
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
+    with tls_redis(tmp_path_factory.mktemp("tls")) as servers:
+        yield servers
 
 
-@pytest.mark.parametrize("verify", ["ca", "none"])
+@pytest.mark.parametrize("verify", ["ca", "none", "client certificate"])
 def test_rediss_url_with_its_ssl_settings_carries_the_hot_tier_over_tls(
-        tls: tuple[int, Path], namespace: tuple[str, str], verify: str) -> None:
+        tls: TlsRedis, namespace: tuple[str, str], verify: str) -> None:
     """A ``rediss://`` URL with ``ssl_ca_certs`` (the server's certificate verified against
-    a private CA) or ``ssl_cert_reqs=none`` reaches a TLS-only Redis, from blocking and
-    async callers: the thread's keys are on that server and reads come back whole."""
-    port, ca = tls
+    a private CA), with ``ssl_cert_reqs=none``, or with a client certificate
+    (``ssl_certfile``/``ssl_keyfile``, for a server that requires one) reaches a TLS-only
+    Redis, from blocking and async callers: the thread's keys are on that server and reads
+    come back whole."""
+    ca = tls.dir / "ca.crt"
+    port = tls.mtls_port if verify == "client certificate" else tls.port
     schema, prefix = namespace
-    query = (f"ssl_cert_reqs=required&ssl_ca_certs={ca}" if verify == "ca"
-             else "ssl_cert_reqs=none")
+    query = {"ca": f"ssl_cert_reqs=required&ssl_ca_certs={ca}",
+             "none": "ssl_cert_reqs=none",
+             "client certificate": f"ssl_ca_certs={ca}&ssl_certfile={tls.dir / 'client.crt'}"
+                                   f"&ssl_keyfile={tls.dir / 'client.key'}"}[verify]
     url = f"rediss://127.0.0.1:{port}/0?{query}"
+    verify = verify.replace(" ", "-")
     with DurableSaver(url, POSTGRES_URL, schema=schema, key_prefix=f"{prefix}-{verify}") as saver:
         saver.setup()
         put_value(saver, "t-tls", {"over": "tls"})
         assert _value(saver, "t-tls") == {"over": "tls"}
         assert asyncio.run(_aread(saver, "t-tls")) == {"over": "tls"}
         assert saver.engine.context.breaker.should_probe() is False  # Redis never bypassed
-    server = redis.Redis(port=port, ssl=True, ssl_ca_certs=str(ca))
+    server = redis.Redis(port=port, ssl=True, ssl_ca_certs=str(ca),
+                         ssl_certfile=str(tls.dir / "client.crt"),
+                         ssl_keyfile=str(tls.dir / "client.key"))
+    without_certificate = redis.Redis(port=port, ssl=True, ssl_ca_certs=str(ca),
+                                      socket_timeout=1, retry=Retry(NoBackoff(), 0))
     try:
         assert _hot_keys(server, f"{prefix}-{verify}") > 0
+        if verify == "client-certificate":  # the server does require one
+            with pytest.raises(redis.exceptions.ConnectionError):
+                without_certificate.ping()
     finally:
         server.close()
+        without_certificate.close()
+
+
+def test_doctor_checks_a_tls_redis_with_the_url_settings(
+        tls: TlsRedis, namespace: tuple[str, str]) -> None:
+    """``langgraph-durable doctor --redis-url rediss://...?ssl_ca_certs=...`` connects over
+    TLS with the URL's settings and reports the server."""
+    url = f"rediss://127.0.0.1:{tls.port}/0?ssl_ca_certs={tls.dir / 'ca.crt'}"
+    result = cli_for(namespace)("doctor", "--redis-url", url)
+    line = next(line for line in result.stdout.splitlines() if f":{tls.port}/0" in line)
+    assert "Redis" in line and "✔" in line, result.output
 
 
 class RotatingCredentials(CredentialProvider):
