@@ -163,7 +163,8 @@ def test_the_sentinel_pool_makes_callers_wait_at_its_bound(
             return sum(1 for c in primary.client_list() if "S" not in c["flags"]
                        and not c.get("name", "").startswith(("sentinel", "control")))
 
-    with DurableSaver(servers.url, POSTGRES_URL, schema=schema, key_prefix=f"{prefix}-bound",
+    url = f"{servers.url}?socket_timeout=2.5"  # read as redis-py reads a plain URL's query
+    with DurableSaver(url, POSTGRES_URL, schema=schema, key_prefix=f"{prefix}-bound",
                       redis_max_connections=2) as saver:
         saver.setup()
 

@@ -25,6 +25,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 
 from langgraph_durable._tiers.common import postgres_options, redis_options
 from langgraph_durable._tiers.loop_pool import LoopPool
@@ -206,16 +207,21 @@ def client_for_url(url: str, lib: ModuleType, **options: Any) -> Any:
     if sentinel is None:
         pool = lib.BlockingConnectionPool.from_url(url, **options)
         return lib.Redis(connection_pool=pool)
-    pool = {k: options.pop(k) for k in ("timeout", "max_connections") if k in options}
+    # the query's settings, read as redis-py reads a plain URL's (``?socket_timeout=2``)
+    parsers: dict[str, Any] = dict(URL_QUERY_ARGUMENT_PARSERS)
+    settings = {**options, **{key: parsers.get(key, str)(value)
+                              for key, value in sentinel.extra.items()}}
+    pool = {k: settings.pop(k) for k in ("timeout", "max_connections") if k in settings}
     account = {k: v for k, v in (("username", sentinel.username),
                                  ("password", sentinel.password)) if v is not None}
-    tls = {"ssl": True} if sentinel.tls else {}
+    tls = {"ssl": True, **{k: v for k, v in settings.items() if k.startswith("ssl_")}
+           } if sentinel.tls else {}
     sentinels = lib.sentinel.Sentinel(
         sentinel.hosts,
-        sentinel_kwargs={"socket_connect_timeout": options.get("socket_connect_timeout"),
-                         "socket_timeout": options.get("socket_timeout"),
+        sentinel_kwargs={"socket_connect_timeout": settings.get("socket_connect_timeout"),
+                         "socket_timeout": settings.get("socket_timeout"),
                          **sentinel.sentinel_account, **tls},
-        **options, **account, **tls, **sentinel.extra)
+        **{**settings, **account, **tls})
     return sentinels.master_for(sentinel.service, redis_class=lib.Redis, db=sentinel.db,
                                 connection_pool_class=_BLOCKING_SENTINEL[lib], **pool)
 
