@@ -214,6 +214,12 @@ class SaverConfig:
             Entra ID); the URL then carries no password. Never shown by ``repr``.
         postgres_credentials: called for every new Postgres connection; the libpq
             settings it returns (``{"password": token}``) override the URL's. Never shown.
+        redis_replica_acks: with replicas (Sentinel), how many must hold each write
+            intent and write-behind journal entry before the write goes on (Redis
+            ``WAIT``), so a failover to one of them loses none of it; fewer within
+            ``redis_replica_timeout`` count as an unavailable hot tier. ``0``: no waiting.
+        redis_replica_timeout: how long a write waits for ``redis_replica_acks``
+            (under Redis's 5 s socket timeout).
         write_mode: ``"through"``: a write returns once Postgres committed it.
             ``"behind"``: a write returns once Redis holds it and its flush journal entry;
             a flusher moves it to Postgres.
@@ -303,6 +309,8 @@ class SaverConfig:
     retention: Retention | None = None
     compress_above: int = 4096
     max_checkpoint_bytes: int = 64 * 1024 * 1024
+    redis_replica_acks: int = 0
+    redis_replica_timeout: float | timedelta = 0.5
     redis_credential_provider: CredentialProvider | None = field(
         default=None, repr=False, compare=False)
     postgres_credentials: Callable[[], Mapping[str, Any]] | None = field(
@@ -316,6 +324,10 @@ class SaverConfig:
                 "redis_credential_provider must be a redis.credentials.CredentialProvider")
         if self.redis_url.startswith(SENTINEL_SCHEMES):
             parse_sentinel(self.redis_url)  # raises with the URL's form
+        if not isinstance(self.redis_replica_acks, int) or self.redis_replica_acks < 0:
+            raise ConfigurationError("redis_replica_acks must be 0 or more")
+        if not 0 < seconds(self.redis_replica_timeout) < 5:
+            raise ConfigurationError("redis_replica_timeout must be between 0 and 5 seconds")
         if self.redis_credential_provider is not None and (
                 urlsplit(self.redis_url).password or "password=" in self.redis_url):
             raise ConfigurationError(

@@ -5,6 +5,8 @@ acknowledged is lost (Postgres is the record) and reads never go back in time.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,11 +23,12 @@ from langgraph_durable.errors import TierUnavailableError
 from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
 from tests.deployment_servers import pings, process, redis_args, redis_binary, wait_until
-from tests.faults import free_port
+from tests.faults import Proxy, free_port
 
 pytestmark = pytest.mark.timeout(90)
 
 SERVICE = "lgdmaster"
+Procs = dict[str, subprocess.Popen[bytes]]  # the servers' processes by role
 
 
 @dataclass
@@ -42,21 +45,35 @@ class Watched:
         return f"redis+sentinel://127.0.0.1:{self.sentinel}/{SERVICE}/0"
 
 
+@contextlib.contextmanager
+def primary_and_replica(tmp_path: Path, stack: ExitStack, link: Proxy | None = None
+                        ) -> Iterator[tuple[int, int, Procs]]:
+    """A primary and a replica in sync; with ``link`` (a proxy to the primary's port, not
+    started) the replica replicates through it, so the test can cut replication."""
+    primary, replica = (link.target[1], free_port()) if link else (free_port(), free_port())
+    if link is not None:
+        link.start()
+    upstream = link.port if link else primary
+    procs = {}
+    for name, port, extra in (
+        ("primary", primary, ()),
+        ("replica", replica, ("--replicaof", "127.0.0.1", str(upstream))),
+    ):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        procs[name] = stack.enter_context(process(
+            redis_args(workdir, port, *extra), pings(port=port), log=workdir / "log"))
+    wait_until(lambda: redis.Redis(port=replica).info("replication")
+               .get("master_link_status") == "up")
+    yield primary, replica, procs
+
+
 @pytest.fixture
-def watched(tmp_path: Path) -> Iterator[tuple[Watched, dict[str, object]]]:
-    primary, replica, sentinel = free_port(), free_port(), free_port()
-    procs: dict[str, object] = {}
-    with ExitStack() as stack:
-        for name, port, extra in (
-            ("primary", primary, ()),
-            ("replica", replica, ("--replicaof", "127.0.0.1", str(primary))),
-        ):
-            workdir = tmp_path / name
-            workdir.mkdir()
-            procs[name] = stack.enter_context(process(
-                redis_args(workdir, port, *extra), pings(port=port), log=workdir / "log"))
-        wait_until(lambda: redis.Redis(port=replica).info("replication")
-                   .get("master_link_status") == "up")
+def watched(tmp_path: Path) -> Iterator[tuple[Watched, Procs]]:
+    """`primary_and_replica` and a sentinel watching them (quorum 1, down after 1 s)."""
+    sentinel = free_port()
+    with ExitStack() as stack, primary_and_replica(tmp_path, stack) as (primary, replica,
+                                                                          procs):
         conf = tmp_path / "sentinel.conf"
         conf.write_text(
             f"port {sentinel}\nbind 127.0.0.1\ndir {tmp_path}\n"
@@ -89,7 +106,7 @@ def _head(saver: DurableSaver, thread_id: str) -> object:
 
 
 def test_writes_go_on_after_the_primary_dies_and_nothing_acknowledged_is_lost(
-        watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
+        watched: tuple[Watched, Procs], namespace: tuple[str, str]) -> None:
     """A write-through saver on the Sentinel URL writes to the primary; the primary is
     SIGKILLed and the sentinel promotes the replica. Writes during the failover go on
     (Postgres alone, Redis bypassed); after it the saver writes to the new primary, every
@@ -111,7 +128,7 @@ def test_writes_go_on_after_the_primary_dies_and_nothing_acknowledged_is_lost(
         assert any(True for _ in old.scan_iter(match=f"{prefix}*"))
         old.close()
 
-        procs["primary"].kill()  # type: ignore[attr-defined]
+        procs["primary"].kill()
         # the sentinel sees it down after 1 s and promotes the replica (quorum 1)
         new = redis.Redis(port=servers.replica)
         wait_until(lambda: new.info("replication")["role"] == "master", timeout=20)
@@ -138,7 +155,7 @@ def test_writes_go_on_after_the_primary_dies_and_nothing_acknowledged_is_lost(
 
 
 def test_doctor_reaches_the_primary_through_the_sentinel(
-        watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
+        watched: tuple[Watched, Procs], namespace: tuple[str, str]) -> None:
     """``langgraph-durable doctor --redis-url redis+sentinel://...`` asks the sentinel for
     the primary and checks it like any Redis."""
     servers, _ = watched
@@ -148,7 +165,7 @@ def test_doctor_reaches_the_primary_through_the_sentinel(
 
 
 def test_the_sentinel_pool_makes_callers_wait_at_its_bound(
-        watched: tuple[Watched, dict[str, object]], namespace: tuple[str, str]) -> None:
+        watched: tuple[Watched, Procs], namespace: tuple[str, str]) -> None:
     """``redis_max_connections`` bounds the connections to the primary as with a plain URL:
     eight threads writing at once through a pool of two all succeed (they wait for a
     connection rather than fail) and the primary never sees more than two of the saver's."""
@@ -201,3 +218,74 @@ def test_a_primary_that_refuses_writes_without_replicas_is_an_unavailable_hot_ti
         else:
             with pytest.raises(TierUnavailableError, match="Redis"):
                 put_value(saver, "guarded", 1)
+
+
+@pytest.mark.parametrize("acks", [0, 1])
+def test_replica_acks_keep_a_promoted_replica_from_serving_an_older_checkpoint(
+        tmp_path: Path, namespace: tuple[str, str], acks: int) -> None:
+    """The window a failover opens, and what closes it. Replication is cut, a
+    write-through put is acknowledged, the primary dies, and the replica (which never saw
+    that put) is promoted. Without ``redis_replica_acks`` it serves the thread's previous
+    checkpoint to a new process: the documented bound, Postgres holding the new one. With
+    ``redis_replica_acks=1`` the put's intent reached no replica in time, so the put went to
+    Postgres with a stale mark and the new process reads the acknowledged checkpoint."""
+    schema, prefix = namespace
+    prefix, thread = f"{prefix}-acks{acks}", f"t-acks{acks}"
+    link = Proxy(("127.0.0.1", free_port()))
+    with ExitStack() as stack, primary_and_replica(tmp_path, stack, link) as (
+            primary, replica, procs):
+        stack.callback(link.cut)
+        writer = stack.enter_context(DurableSaver(
+            f"redis://127.0.0.1:{primary}/0", POSTGRES_URL, schema=schema, key_prefix=prefix,
+            redis_replica_acks=acks, redis_replica_timeout=0.3))
+        writer.setup()
+        put_value(writer, thread, "before")
+        source, follower = redis.Redis(port=primary), redis.Redis(port=replica)
+        offset = source.info("replication")["master_repl_offset"]
+        wait_until(lambda: follower.info("replication")["slave_repl_offset"] >= offset)
+        link.cut()  # the replica sees nothing from here on
+        put_value(writer, thread, "after")  # acknowledged
+        procs["primary"].kill()
+        follower.execute_command("REPLICAOF", "NO", "ONE")
+        source.close()
+        with DurableSaver(f"redis://127.0.0.1:{replica}/0", POSTGRES_URL, schema=schema,
+                          key_prefix=prefix) as reader:
+            assert cold_checkpoints(schema, thread) == 2  # Postgres has both, always
+            assert _head(reader, thread) == ("before" if acks == 0 else "after")
+        follower.close()
+
+
+def test_write_behind_with_replica_acks_loses_nothing_acknowledged_in_a_failover(
+        tmp_path: Path, namespace: tuple[str, str]) -> None:
+    """Write-behind with ``redis_replica_acks=1``: a put is acknowledged only once its
+    journal entry is on the replica. Replication is cut: the next put raises
+    `TierUnavailableError` instead of acknowledging. The primary dies before any flush, the
+    replica is promoted, and a saver on it flushes every acknowledged checkpoint to Postgres."""
+    schema, prefix = namespace
+    prefix, thread = f"{prefix}-behind", "t-behind"
+    link = Proxy(("127.0.0.1", free_port()))
+    with ExitStack() as stack, primary_and_replica(tmp_path, stack, link) as (
+            primary, replica, procs):
+        stack.callback(link.cut)
+        writer = DurableSaver(f"redis://127.0.0.1:{primary}/0", POSTGRES_URL, schema=schema,
+                              key_prefix=prefix, write_mode="behind", background_flush=False,
+                              redis_replica_acks=1, redis_replica_timeout=0.3)
+        writer.setup()
+        put_value(writer, thread, "seed")  # a thread Redis holds: later puts are journaled
+        writer.flush()
+        for step in range(3):
+            put_value(writer, thread, step)
+        link.cut()
+        with pytest.raises(TierUnavailableError):
+            put_value(writer, thread, "unacknowledged")
+        procs["primary"].kill()
+        follower = redis.Redis(port=replica)
+        follower.execute_command("REPLICAOF", "NO", "ONE")
+        follower.close()
+        assert cold_checkpoints(schema, thread) == 1  # only the seed was flushed
+        with DurableSaver(f"redis://127.0.0.1:{replica}/0", POSTGRES_URL, schema=schema,
+                          key_prefix=prefix, write_mode="behind") as survivor:
+            survivor.flush()
+            assert _head(survivor, thread) == 2
+        assert cold_checkpoints(schema, thread) == 4
+        writer.engine.close()  # its Redis is gone: nothing of its own left to flush

@@ -19,12 +19,15 @@ from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
+    REPLICATED_SCRIPTS,
     AsyncEffects,
     Scripts,
+    check_replicas,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
+    replica_wait,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -40,6 +43,7 @@ class Tiers:
         self.clients = clients.for_loop(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
+        self.wait = replica_wait(config)
         self.pool = self.clients.postgres
 
     async def open(self) -> None:
@@ -104,6 +108,9 @@ class Tiers:
             await conn.send_packed_command(conn.pack_command(*command))
             reply = await conn.read_response()
         self.scripts.sent(request)
+        if self.wait is not None and request.script in REPLICATED_SCRIPTS:
+            await conn.send_packed_command(conn.pack_command(*self.wait))
+            check_replicas(await conn.read_response(), self.wait)
         return reply
 
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:

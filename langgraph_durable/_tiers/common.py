@@ -79,6 +79,32 @@ class Scripts:
         self._sent.add(request.script)
 
 
+# The scripts whose effect must be on replicas before the write goes on (with
+# ``redis_replica_acks``): a write intent keeps readers off a copy a failover could leave
+# behind, and a write-behind journal entry is the write itself until it is flushed.
+REPLICATED_SCRIPTS = frozenset({"intent", "put_behind", "put_writes_behind"})
+
+
+def replica_wait(config: SaverConfig) -> tuple[Any, ...] | None:
+    """The ``WAIT`` command sent after a replicated script, or ``None`` (no replicas asked)."""
+    if not config.redis_replica_acks:
+        return None
+    return ("WAIT", config.redis_replica_acks,
+            max(1, round(seconds(config.redis_replica_timeout) * 1000)))
+
+
+def check_replicas(acked: int, wait: tuple[Any, ...]) -> None:
+    """Raise (as a Redis that cannot take writes) if fewer replicas than asked acknowledged.
+
+    Raises:
+        redis.exceptions.ResponseError: ``NOREPLICAS``, which `hot_unavailable` maps.
+    """
+    if int(acked) < wait[1]:
+        raise redis.exceptions.ResponseError(
+            f"NOREPLICAS {acked} of the {wait[1]} replicas asked for acknowledged the write "
+            f"within {wait[2]} ms")
+
+
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
                        "NOREPLICAS")

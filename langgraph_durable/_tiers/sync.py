@@ -18,12 +18,15 @@ from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
+    REPLICATED_SCRIPTS,
     Effects,
     Scripts,
+    check_replicas,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
+    replica_wait,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -39,6 +42,7 @@ class Tiers:
         self.clients = clients.blocking(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
+        self.wait = replica_wait(config)
         self.pool = self.clients.postgres
 
     def open(self) -> None:
@@ -103,6 +107,9 @@ class Tiers:
             conn.send_packed_command(conn.pack_command(*command))
             reply = conn.read_response()
         self.scripts.sent(request)
+        if self.wait is not None and request.script in REPLICATED_SCRIPTS:
+            conn.send_packed_command(conn.pack_command(*self.wait))
+            check_replicas(conn.read_response(), self.wait)
         return reply
 
     def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
