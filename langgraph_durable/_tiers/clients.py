@@ -119,7 +119,8 @@ def blocking(config: SaverConfig,
     if pool is None:
         pool = psycopg_pool.ConnectionPool(config.postgres_url, open=False,
                                            name="langgraph_durable", **_postgres(config))
-    return Clients(provided.redis or redis_client(config, redis), pool,
+    client = provided.redis if provided.redis is not None else redis_client(config, redis)
+    return Clients(client, pool,
                    owns_redis=provided.redis is None, owns_postgres=provided.postgres is None)
 
 
@@ -137,7 +138,9 @@ def for_loop(config: SaverConfig, provided: Provided) -> Clients[
     if pool is None:
         options = _postgres(config)
         pool = LoopPool(config.postgres_url, name="langgraph_durable", **options)
-    return Clients(provided.aredis or redis_client(config, redis.asyncio), pool,
+    aclient = (provided.aredis if provided.aredis is not None
+               else redis_client(config, redis.asyncio))
+    return Clients(aclient, pool,
                    owns_redis=provided.aredis is None, owns_postgres=provided.apostgres is None)
 
 
