@@ -46,7 +46,7 @@ def process(args: Sequence[str], ready: Callable[[], Any], *,
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: proc.poll() is None and ready())
+        wait_until(lambda: _running(proc, log) and ready())
         yield proc
     finally:
         proc.kill()
@@ -55,15 +55,24 @@ def process(args: Sequence[str], ready: Callable[[], Any], *,
             out.close()  # type: ignore[union-attr]
 
 
+def _running(proc: subprocess.Popen[bytes], log: Path | None) -> bool:
+    """Whether ``proc`` still runs; if it exited, raise with the end of its log."""
+    if proc.poll() is None:
+        return True
+    said = log.read_text(errors="replace")[-600:] if log and log.exists() else ""
+    raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}: {said}")
+
+
 def redis_binary(workdir: Path) -> str:
     """The redis-server (or valkey-server) the other fault tests use."""
     return PrivateRedis(workdir).binary
 
 
-def redis_args(workdir: Path, port: int, *extra: str) -> list[str]:
-    """A memory-only redis-server on ``port`` in ``workdir``."""
-    return [redis_binary(workdir), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(workdir), *extra]
+def redis_args(workdir: Path, port: int, *extra: str, binary: str | None = None) -> list[str]:
+    """A memory-only redis-server (``binary``, else `redis_binary`) on ``port`` in
+    ``workdir``."""
+    return [binary or redis_binary(workdir), "--port", str(port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(workdir), *extra]
 
 
 def pings(**kwargs: Any) -> Callable[[], bool]:
@@ -89,7 +98,9 @@ class TlsRedis:
 
 @contextlib.contextmanager
 def tls_redis(workdir: Path) -> Iterator[TlsRedis]:
-    """Start the servers of `TlsRedis`, with a CA and certificates made by ``openssl``."""
+    """Start the servers of `TlsRedis`, with a CA and certificates made by ``openssl``.
+    The system ``redis-server`` is used when there is one: the embedded servers' Valkey is
+    built without TLS."""
     ca = workdir / "ca.crt"
     (workdir / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     openssl = [["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
@@ -109,7 +120,8 @@ def tls_redis(workdir: Path) -> Iterator[TlsRedis]:
             args = redis_args(workdir, 0, "--tls-port", str(port),
                               "--tls-cert-file", str(workdir / "server.crt"),
                               "--tls-key-file", str(workdir / "server.key"),
-                              "--tls-ca-cert-file", str(ca), "--tls-auth-clients", auth)
+                              "--tls-ca-cert-file", str(ca), "--tls-auth-clients", auth,
+                              binary=shutil.which("redis-server"))
             stack.enter_context(process(args, pings(
                 port=port, ssl=True, ssl_ca_certs=str(ca), ssl_certfile=str(
                     workdir / "client.crt"), ssl_keyfile=str(workdir / "client.key")),
