@@ -6,16 +6,19 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_durable.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from redis.credentials import CredentialProvider
 
 WriteMode = Literal["through", "behind"]
 FlushPolicy = Literal["all", "latest"]
@@ -27,7 +30,7 @@ _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+_SECRET_PARAMS = frozenset({"password", "sslpassword", "sentinel_password"})
 _MASK = "***"
 
 
@@ -35,7 +38,8 @@ def mask_url(url: str) -> str:
     """``url`` as it may be shown: every password replaced by ``***``.
 
     Masks the password of a URL's user info (``redis://user:secret@host``,
-    ``postgresql://user:secret@host/db``), ``password=`` / ``sslpassword=`` in its query
+    ``redis+sentinel://:secret@h1,h2/service``, ``postgresql://user:secret@host/db``),
+    ``password=`` / ``sslpassword=`` / ``sentinel_password=`` in its query
     (``?password=secret``) and in libpq key/value conninfo (``host=h password=secret``).
     A string that parses as neither is not shown at all.
     """
@@ -77,6 +81,63 @@ def _mask_conninfo(conninfo: str, shown: str) -> str:
     return make_conninfo(
         "", **{k: _MASK if k in _SECRET_PARAMS else v for k, v in params.items()}
     )
+
+
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelUrl:
+    """A parsed ``redis+sentinel://`` URL.
+
+    Attributes:
+        hosts: the sentinels' addresses.
+        service: the monitored primary's name.
+        db: the database number on the primary.
+        username: user on the primary (and replicas).
+        password: password on the primary (and replicas).
+        sentinel_account: ``username``/``password`` for the sentinels themselves
+            (``?sentinel_username=``, ``?sentinel_password=``).
+        tls: ``rediss+sentinel``: TLS to the sentinels and the primary.
+        extra: any other query setting, passed to the primary's connections as text.
+    """
+
+    hosts: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_account: dict[str, str]
+    tls: bool
+    extra: dict[str, str]
+
+
+def parse_sentinel(url: str) -> SentinelUrl:
+    """Parse ``redis+sentinel://[user:password@]host[:port][,host[:port]]/service[/db]``.
+
+    Raises:
+        ConfigurationError: no sentinel address or no service name.
+    """
+    parts = urlsplit(url)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    hosts = []
+    for item in filter(None, hostlist.split(",")):
+        host, _, port = item.rpartition(":") if item.rpartition(":")[2].isdigit() else (
+            item, "", "26379")
+        hosts.append((host.strip("[]"), int(port)))
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not hosts or not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigurationError(
+            f"a Sentinel URL reads redis+sentinel://host:26379[,host:26379]/service[/db], "
+            f"got {mask_url(url)!r}")
+    query = dict(parse_qsl(parts.query))
+    account = {key.removeprefix("sentinel_"): query.pop(key)
+               for key in ("sentinel_username", "sentinel_password") if key in query}
+    return SentinelUrl(hosts=hosts, service=path[0], db=int(path[1]) if len(path) == 2 else 0,
+                       username=unquote(user) or None,
+                       password=unquote(password) if colon else None,
+                       sentinel_account=account, tls=url.startswith("rediss+"), extra=query)
 
 
 def seconds(value: float | timedelta) -> float:
@@ -142,8 +203,23 @@ class SaverConfig:
     """Every setting of a `DurableSaver`.
 
     Attributes:
-        redis_url: URL of the hot tier (Redis >= 6.2 or Valkey, no modules needed).
-        postgres_url: libpq URL of the cold tier, the system of record.
+        redis_url: URL of the hot tier (Redis >= 6.2 or Valkey, no modules needed):
+            ``redis://``, ``rediss://`` (TLS; ``?ssl_cert_reqs=``, ``?ssl_ca_certs=``),
+            ``unix://``, or ``redis+sentinel://host:26379[,host:26379]/service[/db]``
+            (``rediss+sentinel://`` for TLS).
+        postgres_url: libpq URL of the cold tier, the system of record (``?sslmode=``,
+            ``?sslrootcert=`` and the other libpq settings pass through).
+        redis_credential_provider: a redis-py ``CredentialProvider`` asked for the user
+            and password of every new Redis connection (rotating tokens: ElastiCache IAM,
+            Entra ID); the URL then carries no password. Never shown by ``repr``.
+        postgres_credentials: called for every new Postgres connection; the libpq
+            settings it returns (``{"password": token}``) override the URL's. Never shown.
+        redis_replica_acks: with replicas (Sentinel), how many must hold each write
+            intent and write-behind journal entry before the write goes on (Redis
+            ``WAIT``), so a failover to one of them loses none of it; fewer within
+            ``redis_replica_timeout`` count as an unavailable hot tier. ``0``: no waiting.
+        redis_replica_timeout: how long a write waits for ``redis_replica_acks``
+            (under Redis's 5 s socket timeout).
         write_mode: ``"through"``: a write returns once Postgres committed it.
             ``"behind"``: a write returns once Redis holds it and its flush journal entry;
             a flusher moves it to Postgres.
@@ -233,9 +309,33 @@ class SaverConfig:
     retention: Retention | None = None
     compress_above: int = 4096
     max_checkpoint_bytes: int = 64 * 1024 * 1024
+    redis_replica_acks: int = 0
+    redis_replica_timeout: float | timedelta = 0.5
+    redis_credential_provider: CredentialProvider | None = field(
+        default=None, repr=False, compare=False)
+    postgres_credentials: Callable[[], Mapping[str, Any]] | None = field(
+        default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._check_keys()
+        if self.redis_credential_provider is not None and not callable(
+                getattr(self.redis_credential_provider, "get_credentials", None)):
+            raise ConfigurationError(
+                "redis_credential_provider must be a redis.credentials.CredentialProvider")
+        if self.redis_url.startswith(SENTINEL_SCHEMES):
+            parse_sentinel(self.redis_url)  # raises with the URL's form
+        if not isinstance(self.redis_replica_acks, int) or self.redis_replica_acks < 0:
+            raise ConfigurationError("redis_replica_acks must be 0 or more")
+        if not 0 < seconds(self.redis_replica_timeout) < 5:
+            raise ConfigurationError("redis_replica_timeout must be between 0 and 5 seconds")
+        if self.redis_credential_provider is not None and (
+                urlsplit(self.redis_url).password or "password=" in self.redis_url):
+            raise ConfigurationError(
+                f"redis_url {mask_url(self.redis_url)} has a password and "
+                "redis_credential_provider is set: give the credentials one way")
+        if self.postgres_credentials is not None and not callable(self.postgres_credentials):
+            raise ConfigurationError(
+                "postgres_credentials must be a callable returning libpq settings")
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise ConfigurationError("retention must be a Retention(...) or None")
         if self.compress_above < 0:
@@ -257,9 +357,11 @@ class SaverConfig:
             raise ConfigurationError(
                 f"schema must be a plain SQL identifier (letters, digits, '_'); got {self.schema!r}"
             )
-        if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "valkey://",
+                                          "redis+sentinel://", "rediss+sentinel://")):
             raise ConfigurationError(
-                f"redis_url must be a redis:// URL, got {mask_url(self.redis_url)!r}"
+                f"redis_url must be a redis:// URL (or rediss://, unix://, redis+sentinel://), "
+                f"got {mask_url(self.redis_url)!r}"
             )
         if not self.postgres_url.startswith(("postgresql://", "postgres://")) and "=" not in (
             self.postgres_url

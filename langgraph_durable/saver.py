@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import random
 import threading
 import weakref
@@ -19,6 +20,9 @@ from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
+import psycopg_pool
+import redis
+import redis.asyncio
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -37,6 +41,7 @@ from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._core.strict import default_serde
 from langgraph_durable._core.sweep_sql import RETENTION_MIGRATIONS
+from langgraph_durable._tiers.clients import Provided
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import Retention, SaverConfig, WriteMode, seconds
 from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
@@ -73,13 +78,27 @@ class DurableSaver(BaseCheckpointSaver[str]):
         serde: serializer; default LangGraph's `JsonPlusSerializer` in strict mode: it
             rebuilds only LangGraph's safe types and ``allowed_types`` (see README, "Trust
             model").
+        redis_client: a `redis.Redis` of the application's for blocking callers, used
+            instead of one built from ``redis_url`` (never closed by the saver). Made
+            without ``decode_responses``.
+        aredis_client: a `redis.asyncio.Redis` for async callers, on the event loop that
+            first uses it (never closed by the saver).
+        postgres_pool: an open `psycopg_pool.ConnectionPool` for blocking callers (any row
+            factory, autocommit or not; never opened or closed by the saver).
+        apostgres_pool: an open `psycopg_pool.AsyncConnectionPool` for async callers, on
+            its event loop (never opened or closed by the saver).
         **options: any other `SaverConfig` field (``hot_ttl``, pool sizes, flush settings,
-            ``secret``, ``encryption``, ``allowed_types``).
+            ``secret``, ``encryption``, ``allowed_types``, ``redis_credential_provider``,
+            ``postgres_credentials``).
 
     Attributes:
         config: the saver's `SaverConfig`.
         engine: runs the saver's operations (its context, clients and lease heartbeats);
             the ledger, the flusher and the CLI use it too.
+
+    A client passed in for one flavour only (``redis_client`` without ``aredis_client``)
+    serves that flavour; the other is built from the tier's URL if one is given (argument
+    or ``LGD_*`` variable), else using it raises `ConfigurationError`.
 
     Raises:
         ConfigurationError: an option is invalid.
@@ -94,8 +113,17 @@ class DurableSaver(BaseCheckpointSaver[str]):
         key_prefix: str = "lgd",
         schema: str = "public",
         serde: SerializerProtocol | None = None,
+        redis_client: redis.Redis | None = None,
+        aredis_client: redis.asyncio.Redis | None = None,
+        postgres_pool: psycopg_pool.ConnectionPool[Any] | None = None,
+        apostgres_pool: psycopg_pool.AsyncConnectionPool[Any] | None = None,
         **options: Any,
     ) -> None:
+        provided = Provided(
+            redis=redis_client, aredis=aredis_client,
+            postgres=postgres_pool, apostgres=apostgres_pool,
+            redis_url=redis_url is not None or "LGD_REDIS_URL" in os.environ,
+            postgres_url=postgres_url is not None or "LGD_POSTGRES_URL" in os.environ)
         self.config = SaverConfig.from_env(
             redis_url=redis_url,
             postgres_url=postgres_url,
@@ -105,7 +133,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             **options,
         )
         super().__init__(serde=default_serde(serde, self.config))
-        self.engine = Engine(self.config, self.serde)
+        self.engine = Engine(self.config, self.serde, provided)
         self._ctx = self.engine.context
         self._lock = threading.Lock()
         self._flusher: BackgroundFlusher | None = None

@@ -16,7 +16,7 @@ _ASYNC_TO_SYNC = [
     (r"\basync with\b", "with"),
     (r"\basync def\b", "def"),
     (r"\bawait\s+", ""),
-    (r"\bLoopPool\(", "psycopg_pool.ConnectionPool("),
+    (r"\bclients\.for_loop\(", "clients.blocking("),
     (r"AsyncConnection\b", "Connection"),
     (r"self\.redis\.aclose\(\)", "self.redis.close()"),
     (r"asyncio\.sleep", "time.sleep"),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from psycopg.conninfo import conninfo_to_dict
+from redis.credentials import CredentialProvider
 from typer.testing import Result
 
 from langgraph_durable import DurableSaver
@@ -55,6 +56,10 @@ POSTGRES_FORMS = {
     (f"host=h dbname=db password={SECRET}", None),
     (f"host=h password='{SECRET} with spaces' dbname=db", None),
     ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    (f"redis+sentinel://:{SECRET}@h1:26379,h2:26379/mymaster/0",
+     "redis+sentinel://:***@h1:26379,h2:26379/mymaster/0"),
+    (f"rediss+sentinel://app:{SECRET}@h1,h2/mymaster?sentinel_password={SECRET}",
+     "rediss+sentinel://app:***@h1,h2/mymaster?sentinel_password=***"),
     ("postgresql://postgres@/db?host=/var/run/postgresql",
      "postgresql://postgres@/db?host=/var/run/postgresql"),
 ])
@@ -110,6 +115,56 @@ def test_doctor_masks_postgres_and_redis_passwords_and_still_connects(
     assert f"redis://default:***@127.0.0.1:{locked_redis.port}/0" in result.stdout
     postgres = next(line for line in result.stdout.splitlines() if "PostgreSQL" in line)
     assert "✔" in postgres and "***" in postgres
+
+
+def test_doctor_masks_an_unreachable_sentinel_url(cli: Callable[..., Result]) -> None:
+    """The same for a Sentinel URL with passwords for the primary and the sentinels."""
+    url = f"redis+sentinel://app:{SECRET}@127.0.0.1:1/mymaster/0?sentinel_password={SECRET}"
+    result = cli("doctor", "--redis-url", url)
+    assert result.exit_code == 3
+    assert SECRET not in result.output
+    assert ("cannot connect to Redis at redis+sentinel://app:***@127.0.0.1:1/mymaster/0"
+            "?sentinel_password=***") in result.stderr
+
+
+@pytest.mark.parametrize("url", [
+    f"redis+sentinel://:{SECRET}@127.0.0.1:26379/",
+    f"redis+sentinel://:{SECRET}@/mymaster/0",
+    f"redis+sentinel://:{SECRET}@127.0.0.1:26379/mymaster/zero",
+])
+def test_a_malformed_sentinel_url_is_refused_with_its_form_and_no_password(url: str) -> None:
+    """A Sentinel URL without sentinels, service name or a numeric database is refused
+    when the saver is made, the error showing the expected form and the URL masked."""
+    with pytest.raises(ConfigurationError) as caught:
+        DurableSaver(url)
+    assert SECRET not in str(caught.value)
+    assert "redis+sentinel://host:26379" in str(caught.value) and ":***@" in str(caught.value)
+
+
+class TokenProvider(CredentialProvider):
+    """A credential provider holding its current token."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def get_credentials(self) -> tuple[str, str]:
+        return "app", self.token
+
+    def __repr__(self) -> str:
+        return f"TokenProvider(token={self.token!r})"
+
+
+def test_credential_providers_are_never_shown() -> None:
+    """A config's repr leaves out the Redis credential provider and the Postgres
+    credentials callable, whatever their own repr shows; a URL with a password as well
+    as a provider is refused with the password masked."""
+    provider = TokenProvider(SECRET)
+    config = SaverConfig(redis_credential_provider=provider,
+                         postgres_credentials=lambda: {"password": SECRET})
+    assert SECRET not in repr(config)
+    with pytest.raises(ConfigurationError) as caught:
+        DurableSaver(f"redis://:{SECRET}@127.0.0.1:6379/0", redis_credential_provider=provider)
+    assert SECRET not in str(caught.value) and "redis://:***@127.0.0.1:6379/0" in str(caught.value)
 
 
 def test_doctor_masks_an_unreachable_rediss_url(cli: Callable[..., Result]) -> None:

@@ -17,6 +17,7 @@ import redis
 import redis.exceptions
 
 from langgraph_durable._core.keys import ThreadKeys, journal_key, unb64
+from langgraph_durable._tiers.clients import client_for_url
 from langgraph_durable.config import mask_url
 from langgraph_durable.errors import TierUnavailableError
 
@@ -53,8 +54,11 @@ def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
 
 
 def redis_client(url: str, *, timeout: float = 2.0) -> redis.Redis:
-    """A plain client for probes (short timeouts, no retries)."""
-    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    """A plain client for probes (short timeouts, no retries); a Sentinel URL's reaches
+    the current primary."""
+    client: redis.Redis = client_for_url(url, redis, socket_connect_timeout=timeout,
+                                         socket_timeout=timeout)
+    return client
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,25 +9,26 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-import redis.asyncio as redis
+from psycopg.rows import dict_row
 from redis.exceptions import NoScriptError
 
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
+from langgraph_durable._tiers import clients
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
+    REPLICATED_SCRIPTS,
     AsyncEffects,
     Scripts,
+    check_replicas,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
-    postgres_options,
-    redis_options,
+    replica_wait,
 )
-from langgraph_durable._tiers.loop_pool import LoopPool
 from langgraph_durable.config import SaverConfig
 
 T = TypeVar("T")
@@ -36,16 +37,18 @@ T = TypeVar("T")
 class Tiers:
     """Both tiers' clients for one event loop."""
 
-    def __init__(self, config: SaverConfig, latencies: Latencies) -> None:
+    def __init__(self, config: SaverConfig, latencies: Latencies,
+                 provided: clients.Provided | None = None) -> None:
         self.latencies = latencies
-        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-            config.redis_url, **redis_options(config)))
+        self.clients = clients.for_loop(config, provided or clients.Provided())
+        self.redis = self.clients.redis
         self.scripts = Scripts()
-        self.pool = LoopPool(
-            config.postgres_url, open=False, name="langgraph_durable", **postgres_options(config))
+        self.wait = replica_wait(config)
+        self.pool = self.clients.postgres
 
     async def open(self) -> None:
-        await self.pool.open(wait=False)
+        if self.clients.owns_postgres:
+            await self.pool.open(wait=False)
 
     async def run(self, op: Generator[Any, Any, T], effects: AsyncEffects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
@@ -105,12 +108,15 @@ class Tiers:
             await conn.send_packed_command(conn.pack_command(*command))
             reply = await conn.read_response()
         self.scripts.sent(request)
+        if self.wait is not None and request.script in REPLICATED_SCRIPTS:
+            await conn.send_packed_command(conn.pack_command(*self.wait))
+            check_replicas(await conn.read_response(), self.wait)
         return reply
 
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:
             async with self.pool.connection() as conn:
-                if len(request.statements) == 1:
+                if len(request.statements) == 1 and conn.autocommit:
                     return [await self._execute(conn, request.statements[0])]
                 async with conn.transaction():
                     return [await self._execute(conn, s) for s in request.statements]
@@ -128,13 +134,17 @@ class Tiers:
 
     @staticmethod
     async def _execute(conn: psycopg.AsyncConnection[Any], statement: Any) -> Any:
-        cursor = await conn.execute(statement.query, statement.params)
+        cursor = conn.cursor(row_factory=dict_row)
+        cursor = await cursor.execute(statement.query, statement.params)
         return await cursor.fetchall() if statement.fetch else None
 
     async def close(self) -> None:
-        await self.pool.close()
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        """Close the clients the saver made (never the ones passed in)."""
+        if self.clients.owns_postgres:
+            await self.pool.close()
+        if self.clients.owns_redis:
+            await self.redis.aclose()
+            await self.redis.connection_pool.disconnect()
 
 
 def conn_was_broken(exc: psycopg.OperationalError) -> bool:

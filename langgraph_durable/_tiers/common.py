@@ -79,8 +79,35 @@ class Scripts:
         self._sent.add(request.script)
 
 
+# The scripts whose effect must be on replicas before the write goes on (with
+# ``redis_replica_acks``): a write intent keeps readers off a copy a failover could leave
+# behind, and a write-behind journal entry is the write itself until it is flushed.
+REPLICATED_SCRIPTS = frozenset({"intent", "put_behind", "put_writes_behind"})
+
+
+def replica_wait(config: SaverConfig) -> tuple[Any, ...] | None:
+    """The ``WAIT`` command sent after a replicated script, or ``None`` (no replicas asked)."""
+    if not config.redis_replica_acks:
+        return None
+    return ("WAIT", config.redis_replica_acks,
+            max(1, round(seconds(config.redis_replica_timeout) * 1000)))
+
+
+def check_replicas(acked: int, wait: tuple[Any, ...]) -> None:
+    """Raise (as a Redis that cannot take writes) if fewer replicas than asked acknowledged.
+
+    Raises:
+        redis.exceptions.ResponseError: ``NOREPLICAS``, which `hot_unavailable` maps.
+    """
+    if int(acked) < wait[1]:
+        raise redis.exceptions.ResponseError(
+            f"NOREPLICAS {acked} of the {wait[1]} replicas asked for acknowledged the write "
+            f"within {wait[2]} ms")
+
+
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
-_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
+_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+                       "NOREPLICAS")
 
 HOT_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
@@ -126,7 +153,9 @@ _DRIVER = _driver()
 
 
 def postgres_options(config: SaverConfig) -> dict[str, Any]:
-    """Options for a psycopg pool: autocommit connections, waiting callers."""
+    """Options for a psycopg pool: autocommit connections, waiting callers. (The drivers
+    ask for dict rows per cursor and open a transaction where a connection is not in
+    autocommit, so a pool passed in by the application may be set up either way.)"""
     return {
         "min_size": 1,
         "max_size": config.postgres_max_connections,
@@ -201,7 +230,9 @@ def probe_cold(config: SaverConfig) -> None:
     """
     where = mask_url(config.postgres_url)
     try:
-        psycopg.connect(config.postgres_url, connect_timeout=5, autocommit=True).close()
+        extra = dict(config.postgres_credentials()) if config.postgres_credentials else {}
+        psycopg.connect(config.postgres_url, **{"connect_timeout": 5, "autocommit": True,
+                                                **extra}).close()
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if any(marker in reason for marker in _PERMANENT):

@@ -27,10 +27,11 @@ from langgraph_durable._core.context import Breaker, Context, MarkClock
 from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
-from langgraph_durable._tiers import aio, host, sync
+from langgraph_durable._tiers import aio, clients, host, sync
 from langgraph_durable._tiers.common import AsyncEffects, Effects, probe_cold
 from langgraph_durable._tiers.leases import Leases
 from langgraph_durable.config import SaverConfig, seconds
+from langgraph_durable.errors import ConfigurationError
 
 T = TypeVar("T")
 Operation = Generator[Any, Any, T]  # an `Op`, or one that also yields tool effects
@@ -40,8 +41,12 @@ class Engine:
     """Runs operations with the blocking (`run`) or the current event loop's (`arun`)
     clients. Safe to share between threads and event loops."""
 
-    def __init__(self, config: SaverConfig, serde: SerializerProtocol) -> None:
+    def __init__(self, config: SaverConfig, serde: SerializerProtocol,
+                 provided: clients.Provided | None = None) -> None:
         self.config = config
+        self.provided = provided or clients.Provided()
+        # the one event loop async clients passed in serve (they are bound to it)
+        self._provided_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self.context = Context(
             config=config,
             statements=Statements(config.schema),
@@ -68,7 +73,7 @@ class Engine:
         if self._sync is None:
             with self._lock:
                 if self._sync is None:
-                    tiers = sync.Tiers(self.config, self.context.latencies)
+                    tiers = sync.Tiers(self.config, self.context.latencies, self.provided)
                     tiers.open()
                     self._sync = tiers
         return self._sync
@@ -79,7 +84,8 @@ class Engine:
         loop = asyncio.get_running_loop()
         entry = self._aio.get(loop)
         if entry is None:
-            fresh = aio.Tiers(self.config, self.context.latencies)
+            self._bind_provided(loop)
+            fresh = aio.Tiers(self.config, self.context.latencies, self.provided)
             await fresh.open()
             closer = self._closer(fresh)
             entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
@@ -87,6 +93,23 @@ class Engine:
             if entry[0] is not fresh:
                 await closer.aclose()
         return entry[0]
+
+    def _bind_provided(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tie the async clients passed in to the first event loop that uses them.
+
+        Raises:
+            ConfigurationError: they are already tied to another loop.
+        """
+        if self.provided.aredis is None and self.provided.apostgres is None:
+            return
+        if self._provided_loop is None:
+            self._provided_loop = weakref.ref(loop)
+        elif self._provided_loop() is not loop:
+            raise ConfigurationError(
+                "aredis_client / apostgres_pool serve the event loop that first used them "
+                "(a redis.asyncio client or an async pool works on one loop only); this is "
+                "another loop: pass redis_url / postgres_url instead and the saver makes "
+                "clients for each loop")
 
     async def _closer(self, tiers: aio.Tiers) -> AsyncGenerator[None, None]:
         """Close ``tiers`` when this generator is closed: by `aclose`, or by the event loop's
@@ -122,12 +145,15 @@ class Engine:
             await entry[1].aclose()
 
     def check_cold(self) -> None:
-        """Fail fast, with the reason, when Postgres cannot be reached (see `probe_cold`)."""
-        probe_cold(self.config)
+        """Fail fast, with the reason, when Postgres cannot be reached (see `probe_cold`);
+        a pool passed in is the application's to check."""
+        if self.provided.postgres is None:
+            probe_cold(self.config)
 
     async def acheck_cold(self) -> None:
         """Async twin of `check_cold` (the probe runs in a worker thread)."""
-        await asyncio.to_thread(probe_cold, self.config)
+        if self.provided.apostgres is None:
+            await asyncio.to_thread(probe_cold, self.config)
 
     # ------------------------------------------------------------------ fork()
 
@@ -142,13 +168,16 @@ class Engine:
         The parent's connections and pool threads: its sockets are shared with the parent,
         and a pool's workers did not come along. They are set aside, never used nor closed
         here (closing would end the parent's sessions); clients of this process's own open
-        on first use. The heartbeat thread did not come along either, and the parent's
+        on first use. Redis clients passed in go on (redis-py reconnects in a new process);
+        Postgres pools passed in are the parent's, and using them raises (`clients.Provided`).
+        The heartbeat thread did not come along either, and the parent's
         running calls are not this process's. Locks another thread may have held are new.
         """
         _INHERITED.append((self._sync, list(self._aio.values())))
         self._lock = threading.Lock()
         self._sync = None
         self._aio = weakref.WeakKeyDictionary()
+        self.provided = self.provided.forked()
         self.leases = Leases(self.run, self.context)
         self.context.forked(host.consumer_name())
         for hook in self._fork_hooks:

@@ -10,7 +10,7 @@ bounds concurrency with a semaphore: when its loop ends there is no task to canc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,7 +23,8 @@ class LoopPool:
     """The subset of `psycopg_pool.AsyncConnectionPool` the async driver uses."""
 
     def __init__(self, conninfo: str, *, min_size: int, max_size: int, timeout: float,
-                 kwargs: dict[str, Any], open: bool = False, name: str | None = None) -> None:
+                 kwargs: dict[str, Any] | Callable[[], dict[str, Any]], open: bool = False,
+                 name: str | None = None) -> None:
         self.conninfo = conninfo
         self.timeout = timeout
         self.kwargs = kwargs
@@ -47,8 +48,7 @@ class LoopPool:
             raise psycopg_pool.PoolTimeout(
                 f"no connection free in {self.timeout:.1f} s (pool {self.name!r})") from exc
         try:
-            conn = self._idle.pop() if self._idle else await psycopg.AsyncConnection.connect(
-                self.conninfo, **self.kwargs)
+            conn = self._idle.pop() if self._idle else await self._connect()
             try:
                 yield conn
             finally:
@@ -58,6 +58,12 @@ class LoopPool:
                     await conn.close()
         finally:
             self._slots.release()
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection; settings given as a callable (fresh credentials) are asked
+        for in a worker thread, so a slow token service never blocks the loop."""
+        kwargs = await asyncio.to_thread(self.kwargs) if callable(self.kwargs) else self.kwargs
+        return await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
 
     async def check(self) -> None:
         """Drop every idle connection (called after one was found broken)."""

@@ -8,24 +8,25 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-import psycopg_pool
-import redis
+from psycopg.rows import dict_row
 from redis.exceptions import NoScriptError
 
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
+from langgraph_durable._tiers import clients
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
+    REPLICATED_SCRIPTS,
     Effects,
     Scripts,
+    check_replicas,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
     not_set_up,
-    postgres_options,
-    redis_options,
+    replica_wait,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -35,16 +36,18 @@ T = TypeVar("T")
 class Tiers:
     """Both tiers' clients for blocking callers (safe to share between threads)."""
 
-    def __init__(self, config: SaverConfig, latencies: Latencies) -> None:
+    def __init__(self, config: SaverConfig, latencies: Latencies,
+                 provided: clients.Provided | None = None) -> None:
         self.latencies = latencies
-        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-            config.redis_url, **redis_options(config)))
+        self.clients = clients.blocking(config, provided or clients.Provided())
+        self.redis = self.clients.redis
         self.scripts = Scripts()
-        self.pool = psycopg_pool.ConnectionPool(
-            config.postgres_url, open=False, name="langgraph_durable", **postgres_options(config))
+        self.wait = replica_wait(config)
+        self.pool = self.clients.postgres
 
     def open(self) -> None:
-        self.pool.open(wait=False)
+        if self.clients.owns_postgres:
+            self.pool.open(wait=False)
 
     def run(self, op: Generator[Any, Any, T], effects: Effects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
@@ -104,12 +107,15 @@ class Tiers:
             conn.send_packed_command(conn.pack_command(*command))
             reply = conn.read_response()
         self.scripts.sent(request)
+        if self.wait is not None and request.script in REPLICATED_SCRIPTS:
+            conn.send_packed_command(conn.pack_command(*self.wait))
+            check_replicas(conn.read_response(), self.wait)
         return reply
 
     def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:
             with self.pool.connection() as conn:
-                if len(request.statements) == 1:
+                if len(request.statements) == 1 and conn.autocommit:
                     return [self._execute(conn, request.statements[0])]
                 with conn.transaction():
                     return [self._execute(conn, s) for s in request.statements]
@@ -127,13 +133,17 @@ class Tiers:
 
     @staticmethod
     def _execute(conn: psycopg.Connection[Any], statement: Any) -> Any:
-        cursor = conn.execute(statement.query, statement.params)
+        cursor = conn.cursor(row_factory=dict_row)
+        cursor = cursor.execute(statement.query, statement.params)
         return cursor.fetchall() if statement.fetch else None
 
     def close(self) -> None:
-        self.pool.close()
-        self.redis.close()
-        self.redis.connection_pool.disconnect()
+        """Close the clients the saver made (never the ones passed in)."""
+        if self.clients.owns_postgres:
+            self.pool.close()
+        if self.clients.owns_redis:
+            self.redis.close()
+            self.redis.connection_pool.disconnect()
 
 
 def conn_was_broken(exc: psycopg.OperationalError) -> bool:
