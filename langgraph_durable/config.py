@@ -148,6 +148,14 @@ class SaverConfig:
             ``"behind"``: a write returns once Redis holds it and its flush journal entry;
             a flusher moves it to Postgres.
         key_prefix: every Redis key starts with it; letters, digits, ``_.-`` only.
+        redis_cluster: whether ``redis_url`` names a node of a Redis Cluster (the client
+            then routes each call to the node owning its keys' slot and follows the
+            cluster's topology). ``None`` (default): asked of the server when the clients
+            open (``INFO cluster``). Set it when the server may be down at start.
+        journal_shards: how many journals write-behind spreads the threads over (each
+            thread's keys live beside its shard's journal, in one cluster slot). ``None``:
+            1 on a single node (one journal, ``<prefix>:journal``), 16 on a cluster. Every
+            process of a prefix must use the same number (checked when clients open).
         schema: Postgres schema of every table (created by ``setup()``).
         hot_ttl: idle time after which a thread's hot keys expire (refreshed on access;
             never before the thread is flushed). ``0`` keeps them until deleted.
@@ -208,6 +216,8 @@ class SaverConfig:
     postgres_url: str = DEFAULT_POSTGRES_URL
     write_mode: WriteMode = "through"
     key_prefix: str = "lgd"
+    redis_cluster: bool | None = None
+    journal_shards: int | None = None
     schema: str = "public"
     hot_ttl: float | timedelta = timedelta(days=1)
     hot_checkpoints: int = 20
@@ -294,6 +304,14 @@ class SaverConfig:
             raise ConfigurationError("hot_checkpoints must not be negative")
         if self.max_unflushed < 1:
             raise ConfigurationError("max_unflushed must be at least 1")
+        if self.journal_shards is not None and (
+            isinstance(self.journal_shards, bool)
+            or not isinstance(self.journal_shards, int)
+            or not 1 <= self.journal_shards <= 256
+        ):
+            raise ConfigurationError("journal_shards must be between 1 and 256 (or None)")
+        if self.redis_cluster not in (None, True, False):
+            raise ConfigurationError("redis_cluster must be True, False or None (detect)")
 
     def _check_keys(self) -> None:
         if self.secret is not None:

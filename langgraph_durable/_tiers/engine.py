@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import inspection, migrate, ops
-from langgraph_durable._core.context import Breaker, Context, MarkClock
+from langgraph_durable._core.context import Breaker, Context, MarkClock, layout_of
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
@@ -53,6 +54,7 @@ class Engine:
         )
         self.leases = Leases(self.run, self.context)
         self._lock = threading.Lock()
+        self._layout_lock = threading.Lock()
         self._sync: sync.Tiers | None = None
         # each loop's clients, with the suspended generator that closes them (`_closer`)
         self._aio: weakref.WeakKeyDictionary[
@@ -68,7 +70,7 @@ class Engine:
         if self._sync is None:
             with self._lock:
                 if self._sync is None:
-                    tiers = sync.Tiers(self.config, self.context.latencies)
+                    tiers = sync.Tiers(self.config, self.context.latencies, self._learn)
                     tiers.open()
                     self._sync = tiers
         return self._sync
@@ -79,7 +81,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         entry = self._aio.get(loop)
         if entry is None:
-            fresh = aio.Tiers(self.config, self.context.latencies)
+            fresh = aio.Tiers(self.config, self.context.latencies, self._learn)
             await fresh.open()
             closer = self._closer(fresh)
             entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
@@ -87,6 +89,15 @@ class Engine:
             if entry[0] is not fresh:
                 await closer.aclose()
         return entry[0]
+
+    def _learn(self, cluster: bool) -> tuple[Layout, bool]:
+        """The drivers learned whether Redis is a cluster: the key layout follows (it is
+        the same for every process of the prefix, see `keys.Layout`)."""
+        with self._layout_lock:  # (`tiers` holds `_lock` while it opens the clients)
+            changed = cluster != self.context.layout.cluster
+            if changed:
+                self.context.layout = layout_of(self.config, cluster=cluster)
+            return self.context.layout, changed
 
     async def _closer(self, tiers: aio.Tiers) -> AsyncGenerator[None, None]:
         """Close ``tiers`` when this generator is closed: by `aclose`, or by the event loop's
@@ -147,6 +158,7 @@ class Engine:
         """
         _INHERITED.append((self._sync, list(self._aio.values())))
         self._lock = threading.Lock()
+        self._layout_lock = threading.Lock()
         self._sync = None
         self._aio = weakref.WeakKeyDictionary()
         self.leases = Leases(self.run, self.context)
