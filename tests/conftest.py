@@ -35,6 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.embedded import EmbeddedServers
+from tests.cluster import TestCluster
 
 TEST_SERVERS_ENV = "LGD_TEST_SERVERS"
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -272,3 +273,15 @@ def cold_checkpoints(schema: str, thread_id: str) -> int:
                            "WHERE thread_id = %s", (thread_id,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[TestCluster]:
+    """A private six-node Redis Cluster (three primaries, one replica each), started once
+    for the session by the first test that asks for it (`tests/cluster.py`)."""
+    cluster = TestCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
