@@ -18,6 +18,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from langgraph_durable._core import lua
+from langgraph_durable._core.context import layout_of
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Hot
 from langgraph_durable.config import SaverConfig, mask_url, seconds
@@ -34,6 +35,12 @@ Effects = Callable[[Any], Any]
 AsyncEffects = Callable[[Any], Awaitable[Any]]
 # Told whether Redis is a cluster; returns the key layout in force and whether it changed.
 Learn = Callable[[bool], tuple[Layout, bool]]
+
+
+def told(config: SaverConfig) -> Learn:
+    """A `Learn` for drivers used without an engine (tests): the layout ``config`` and
+    the server imply; nothing to change."""
+    return lambda cluster: (layout_of(config, cluster=cluster), False)
 
 SCRIPTS = {
     "get": lua.GET_SCRIPT,

@@ -30,6 +30,7 @@ from langgraph_durable._tiers.common import (
     not_set_up,
     postgres_options,
     redis_options,
+    told,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -39,10 +40,11 @@ T = TypeVar("T")
 class Tiers:
     """Both tiers' clients for blocking callers (safe to share between threads)."""
 
-    def __init__(self, config: SaverConfig, latencies: Latencies, learn: Learn) -> None:
+    def __init__(self, config: SaverConfig, latencies: Latencies,
+                 learn: Learn | None = None) -> None:
         self.latencies = latencies
         self.config = config
-        self.learn = learn
+        self.learn = learn or told(config)
         self.cluster: Any = None  # the cluster client, once Redis turned out to be one
         self.detected = False
         self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
