@@ -346,8 +346,9 @@ class SaverConfig:
 
     @classmethod
     def from_env(cls, **overrides: object) -> SaverConfig:
-        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` and the keys
-        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID``, plus overrides."""
+        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL``, the keys
+        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID`` and
+        ``LGD_JOURNAL_SHARDS``, plus overrides."""
         values: dict[str, object] = {}
         if url := os.environ.get("LGD_REDIS_URL"):
             values["redis_url"] = url
@@ -359,6 +360,10 @@ class SaverConfig:
             values["encryption"] = _parse_keys(keys)
         if key_id := os.environ.get("LGD_ENCRYPTION_KEY_ID"):
             values["encryption_key_id"] = key_id
+        if shards := os.environ.get("LGD_JOURNAL_SHARDS"):
+            if not shards.strip().isdigit():
+                raise ConfigurationError(f"LGD_JOURNAL_SHARDS must be a number, got {shards!r}")
+            values["journal_shards"] = int(shards)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 
