@@ -71,7 +71,11 @@ class Engine:
             with self._lock:
                 if self._sync is None:
                     tiers = sync.Tiers(self.config, self.context.latencies, self._learn)
-                    tiers.open()
+                    try:
+                        tiers.open()
+                    except BaseException:  # e.g. a prefix laid out with other shards
+                        tiers.close()
+                        raise
                     self._sync = tiers
         return self._sync
 
@@ -82,7 +86,11 @@ class Engine:
         entry = self._aio.get(loop)
         if entry is None:
             fresh = aio.Tiers(self.config, self.context.latencies, self._learn)
-            await fresh.open()
+            try:
+                await fresh.open()
+            except BaseException:  # e.g. a prefix laid out with other shards
+                await fresh.close()
+                raise
             closer = self._closer(fresh)
             entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
             await closer.__anext__()  # now the loop knows it; the loser's closes at once
