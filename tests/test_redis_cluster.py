@@ -16,17 +16,15 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 from typer.testing import CliRunner, Result
 
-from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableError, durable_tool
+from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableError
 from langgraph_durable._core import journal
 from langgraph_durable._core.keys import key_slot
 from langgraph_durable.cli import app
 from tests.cluster import TestCluster
 from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
-from tests.graphs import chat_graph
+from tests.graphs import CHARGE_CALL, charge_card_graph, chat_graph
 from tests.test_conformance import SyncMethods
 
 
@@ -145,22 +143,10 @@ def test_ledger_replays_a_recorded_call_on_a_cluster(
     the result without calling the tool."""
     saver = cluster_saver()
     calls: list[int] = []
-
-    @durable_tool(saver=saver)
-    def charge_card(order_id: str, cents: int) -> str:
-        """Charge a card."""
-        calls.append(cents)
-        return f"charged {cents} for {order_id}"
-
-    call = {"name": "charge_card", "args": {"order_id": "A-1", "cents": 500}, "id": "call_1",
-            "type": "tool_call"}
-    builder = StateGraph(MessagesState)
-    builder.add_node("tools", ToolNode([charge_card]))
-    builder.add_edge(START, "tools")
-    graph = builder.compile(checkpointer=saver)
+    graph = charge_card_graph(saver, calls)
     thread = uuid.uuid4().hex
     for _ in range(2):
-        graph.invoke({"messages": [AIMessage("", tool_calls=[call])]}, _config(thread))
+        graph.invoke({"messages": [AIMessage("", tool_calls=[CHARGE_CALL])]}, _config(thread))
     assert calls == [500]
     [record] = saver.ledger.list(thread)
     assert record.status == "succeeded" and record.attempts == 1
