@@ -282,3 +282,36 @@ def test_the_cluster_is_used_through_any_node(redis_cluster: TestCluster,
         assert got is not None and got.checkpoint["channel_values"] == {"value": "v"}
     finally:
         saver.close()
+
+
+def test_a_cluster_node_down_at_start_is_learned_when_it_answers(
+        redis_cluster: TestCluster, namespace: tuple[str, str]) -> None:
+    """A saver whose node is down when it starts serves write-through from Postgres; once
+    the node answers, the saver learns it is a cluster, switches to the cluster's layout,
+    and serves from Redis, the threads written meanwhile included."""
+    schema, prefix = namespace
+    replica = redis_cluster.ports[5]
+    redis_cluster.kill(replica)
+    saver = DurableSaver(f"redis://127.0.0.1:{replica}/0", POSTGRES_URL,
+                         key_prefix=f"{prefix}-late", schema=schema, breaker_cooldown=0.1)
+    try:
+        saver.setup()
+        put_value(saver, "early", 1)
+        assert not saver.engine.context.layout.cluster
+        redis_cluster.start_node(replica)
+        deadline = time.monotonic() + 20
+        while not (saver.engine.context.layout.cluster and saver.health()["hot"]["breaker"]
+                   == "closed"):
+            assert time.monotonic() < deadline, "the saver never reached the cluster"
+            got = saver.get_tuple(_config("early"))
+            assert got is not None and got.checkpoint["channel_values"] == {"value": 1}
+            time.sleep(0.1)
+        put_value(saver, "late", 2)
+        layout = saver.engine.context.layout
+        assert layout.shards == 16
+        assert redis_cluster.client(redis_cluster.primary_of(
+            layout.thread("late").registry)).exists(layout.thread("late").registry)
+        got = saver.get_tuple(_config("early"))
+        assert got is not None and got.checkpoint["channel_values"] == {"value": 1}
+    finally:
+        saver.close()
