@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
@@ -315,3 +316,24 @@ def test_a_cluster_node_down_at_start_is_learned_when_it_answers(
         assert got is not None and got.checkpoint["channel_values"] == {"value": 1}
     finally:
         saver.close()
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_dead_letters_are_kept_and_resolved_per_shard(
+        cluster_saver: Callable[..., DurableSaver], redis_cluster: TestCluster) -> None:
+    """An entry Postgres cannot take, in shard 5's journal, becomes a dead letter of shard
+    5 (its id says so) while the rest drains; dropping it by that id removes it."""
+    saver = cluster_saver()
+    ctx = saver.engine.context
+    put_value(saver, "fine", 1)
+    client = redis.RedisCluster.from_url(redis_cluster.url)
+    try:
+        client.xadd(ctx.layout.journal(5), {"d": b"not a journal entry"})
+    finally:
+        client.close()
+    saver.flush(timeout=30)
+    [letter] = saver.engine.run(journal.dead_letters(ctx))
+    assert letter.id.startswith("5/") and letter.kind == "?"
+    assert saver.engine.run(journal.resolve_dead_letter(ctx, letter.id, "drop")) == "dropped"
+    assert saver.engine.run(journal.dead_letters(ctx)) == []
+    assert saver.engine.run(journal.journal_state(ctx)).length == 0

@@ -390,7 +390,7 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
     versions = yield from _commit(ctx, good, rejected)
     ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(entries), len(rejected)]
     for e in entries:
-        keys = ctx.layout.thread(e.thread_id)
+        keys = layout.nobody(shard) if e.kind == "?" else layout.thread(e.thread_id)
         ack += [
             e.id,
             keys.unflushed,
@@ -598,8 +598,8 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
     keys = layout.thread(letter.thread_id)
     if letter.kind != "?" and layout.shard(letter.thread_id) != shard:
         raise ValueError(f"dead letter {letter_id} names a thread of another shard")
-    # an undecodable letter names no thread: a key of its own shard stands in (drop only)
-    unflushed = layout.dead(shard) if letter.kind == "?" else keys.unflushed
+    # an undecodable letter names no thread (it can only be dropped)
+    unflushed = (layout.nobody(shard) if letter.kind == "?" else keys).unflushed
     reply = yield Hot(
         "dead_letter",
         [layout.dead(shard), layout.journal(shard), layout.journal_bytes(shard), unflushed],

@@ -121,10 +121,11 @@ class ThreadKeys:
 
     def __init__(self, prefix: str, thread_id: str, tag: str | None = None) -> None:
         self.thread_id = thread_id
-        if tag is None:
-            self.base = f"{prefix}:{{{b64(thread_id)}}}"
-        else:
-            self.base = f"{prefix}:{{{tag}}}:{b64(thread_id)}"
+        name = b64(thread_id)
+        self._place(f"{prefix}:{{{name}}}" if tag is None else f"{prefix}:{{{tag}}}:{name}")
+
+    def _place(self, base: str) -> None:
+        self.base = base
         self.registry = f"{self.base}:k"
         self.intents = f"{self.base}:in"
         self.unflushed = f"{self.base}:u"
@@ -241,6 +242,14 @@ class Layout:
     def thread(self, thread_id: str) -> ThreadKeys:
         tag = None if self.tags is None else self.tags[self.shard(thread_id)]
         return ThreadKeys(self.prefix, thread_id, tag)
+
+    def nobody(self, k: int) -> ThreadKeys:
+        """Thread-shaped keys of shard ``k`` that belong to no thread (``.`` is not
+        base64), for a journal entry that names none (undecodable): its acknowledgement
+        touches them instead of a real thread's, in the shard's slot."""
+        keys = ThreadKeys(self.prefix, "")
+        keys._place(self._shard_key(k, "{.}") if self.tags is None else self._shard_key(k, "."))
+        return keys
 
     def _shard_key(self, k: int, name: str) -> str:
         if self.tags is None:
