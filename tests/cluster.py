@@ -130,10 +130,15 @@ class TestCluster:
         process.wait()
 
     def wait_promoted(self, dead: int) -> None:
-        """Wait until the cluster is ok again without the dead node (its replica took
-        over its slots)."""
-        self._wait(lambda: all(self._ok(p) for p in self.processes if p != dead),
-                   "a replica to take over", timeout=30)
+        """Wait until the cluster marked the dead node failed and is ok again without it
+        (its replica took over its slots). Right after a kill the cluster still says ok:
+        it notices only after ``cluster-node-timeout``."""
+        def promoted() -> bool:
+            live = [p for p in self.processes if p != dead]
+            flagged = [line for line in self._nodes(live[0]) if f":{dead}@" in line]
+            return (bool(flagged) and " fail " in f" {flagged[0].split()[2].replace(',', ' ')} "
+                    and all(self._ok(p) for p in live))
+        self._wait(promoted, "a replica to take over", timeout=30)
 
     def _ok(self, port: int) -> bool:
         info = self.client(port).execute_command("CLUSTER", "INFO")

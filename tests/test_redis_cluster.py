@@ -5,10 +5,10 @@ mid-run."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.keys import key_slot
 from langgraph_durable.cli import app
 from tests.cluster import TestCluster
-from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
+from tests.conftest import POSTGRES_URL, aput_value, cold_checkpoints, put_value
 from tests.graphs import CHARGE_CALL, charge_card_graph, chat_graph
 from tests.test_conformance import SyncMethods
 
@@ -202,11 +202,12 @@ def test_every_process_of_a_prefix_needs_the_same_shard_count(
 # ------------------------------------------------------------------------- failover
 
 
-def _acknowledged_run(saver: DurableSaver, threads: list[str], rounds: int,
-                      kill: Callable[[], None], kill_at: int) -> dict[str, list[str]]:
-    """Write ``rounds`` checkpoints to each thread, retrying a write the saver refused
-    (write-behind fails closed while a node is down); call ``kill`` at round ``kill_at``.
-    Returns each thread's acknowledged checkpoint ids in order."""
+async def _acknowledged_run(put: Callable[[str, int], Awaitable[dict[str, Any]]],
+                            threads: list[str], rounds: int, kill: Callable[[], None],
+                            kill_at: int) -> dict[str, list[str]]:
+    """Write ``rounds`` checkpoints to each thread with ``put``, retrying a write the saver
+    refused (write-behind fails closed while a node is down); call ``kill`` at round
+    ``kill_at``. Returns each thread's acknowledged checkpoint ids in order."""
     acked: dict[str, list[str]] = {t: [] for t in threads}
     for n in range(rounds):
         if n == kill_at:
@@ -215,45 +216,47 @@ def _acknowledged_run(saver: DurableSaver, threads: list[str], rounds: int,
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    config = put_value(saver, thread, n)
+                    config = await put(thread, n)
                     break
                 except TierUnavailableError:
                     assert time.monotonic() < deadline, "the saver never recovered"
-                    time.sleep(0.1)
-            acked[thread].append(config["configurable"]["checkpoint_id"])  # type: ignore[index]
+                    await asyncio.sleep(0.1)
+            acked[thread].append(config["configurable"]["checkpoint_id"])
     return acked
 
 
-@pytest.mark.parametrize("write_mode", ["through", "behind"])
+@pytest.mark.parametrize(("write_mode", "flavour"),
+                         [("through", "sync"), ("behind", "sync"), ("behind", "async")])
 def test_a_killed_primary_loses_nothing_acknowledged(namespace: tuple[str, str],
-                                                     write_mode: str) -> None:
+                                                     write_mode: str, flavour: str) -> None:
     """SIGKILL a primary mid-run (its replica takes over after cluster-node-timeout): the
-    saver keeps writing after the topology changes; afterwards every acknowledged
-    checkpoint of every thread is readable, in Postgres, and each thread's latest is the
-    last acknowledged one. (On this loopback cluster the replica has every write its
-    primary acknowledged; see docs/failure-model.md for the replication window.)"""
+    saver keeps writing (sync or async calls) after the topology changes; afterwards every
+    acknowledged checkpoint of every thread is readable, in Postgres, and each thread's
+    latest is the last acknowledged one. (On this loopback cluster the replica has every
+    write its primary acknowledged; see docs/failure-model.md for the replication window.)"""
     schema, prefix = namespace
+    prefix = f"{prefix}-fo-{write_mode}-{flavour}"
     cluster = TestCluster().start()
     try:
-        saver = DurableSaver(cluster.url, POSTGRES_URL, key_prefix=f"{prefix}-fo-{write_mode}",
+        saver = DurableSaver(cluster.url, POSTGRES_URL, key_prefix=prefix,
                              schema=schema, write_mode=write_mode,  # type: ignore[arg-type]
                              breaker_cooldown=0.2, flush_interval=0.05)
         saver.setup()
         layout = saver.engine.context.layout
-        threads = [f"fo-{write_mode}-{i}" for i in range(24)]
+        threads = [f"fo-{write_mode}-{flavour}-{i}" for i in range(24)]
         victim = cluster.primary_of(layout.thread(threads[0]).registry)
-        on_victim = [t for t in threads if cluster.primary_of(layout.thread(t).registry) == victim]
-        assert on_victim
 
-        def kill() -> None:
-            cluster.kill(victim)
-            threading.Thread(target=cluster.wait_promoted, args=(victim,), daemon=True).start()
+        async def put(thread: str, n: int) -> dict[str, Any]:
+            if flavour == "async":
+                return await aput_value(saver, thread, n)
+            return put_value(saver, thread, n)
 
-        acked = _acknowledged_run(saver, threads, rounds=30, kill=kill, kill_at=10)
+        acked = asyncio.run(_acknowledged_run(put, threads, rounds=30,
+                                              kill=lambda: cluster.kill(victim), kill_at=10))
         cluster.wait_promoted(victim)
         saver.flush(timeout=60)
         saver.close()
-        fresh = DurableSaver(cluster.url, POSTGRES_URL, key_prefix=f"{prefix}-fo-{write_mode}",
+        fresh = DurableSaver(cluster.url, POSTGRES_URL, key_prefix=prefix,
                              schema=schema, write_mode=write_mode)  # type: ignore[arg-type]
         try:
             for thread, ids in acked.items():

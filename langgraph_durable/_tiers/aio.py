@@ -149,14 +149,13 @@ class Tiers:
     async def _cluster_hot(self, request: Hot | HotBatch) -> Any:
         """Run a script on the primary that owns its keys' slot (the cluster client routes
         ``EVAL``/``EVALSHA`` by their keys, follows MOVED/ASK and refreshes the topology
-        after a failover). A node that lost its script cache gets the source. A batch is
-        pipelined per node (each script with its source)."""
+        after a failover). A node that lost its script cache gets the source. A batch runs
+        its scripts one by one: redis-py's cluster pipeline asks a node for each ``EVAL``'s
+        keys (``COMMAND GETKEYS``), a round trip more per script, and fails while that node
+        is down."""
+        if isinstance(request, HotBatch):
+            return [await self._cluster_hot(each) for each in request.requests]
         try:
-            if isinstance(request, HotBatch):
-                pipe = self.cluster.pipeline()
-                for each in request.requests:
-                    pipe.execute_command(*self.scripts.command(each, source=True))
-                return await pipe.execute()
             try:
                 reply = await self.cluster.execute_command(*self.scripts.command(request))
             except NoScriptError:
