@@ -24,7 +24,7 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.keys import key_slot
 from langgraph_durable.cli import app
 from tests.cluster import TestCluster
-from tests.conftest import POSTGRES_URL, aput_value, cold_checkpoints, put_value
+from tests.conftest import POSTGRES_URL, REDIS_URL, aput_value, cold_checkpoints, put_value
 from tests.graphs import CHARGE_CALL, charge_card_graph, chat_graph
 from tests.test_conformance import SyncMethods
 
@@ -72,16 +72,21 @@ def test_a_cluster_node_url_is_detected_and_keys_spread_over_every_primary(
     assert len(slots) == 1
 
 
-@pytest.mark.parametrize("flavour", ["async", "sync"])
+@pytest.mark.parametrize("flavour", ["async", "sync", "one node, 4 shards"])
 async def test_conformance_on_a_cluster(redis_cluster: TestCluster, namespace: tuple[str, str],
                                         write_mode: str, flavour: str) -> None:
-    """The official conformance suite passes every capability on the cluster."""
+    """The official conformance suite passes every capability on the cluster (async and
+    sync methods), and with the sharded layout on the single node."""
     schema, prefix = namespace
+    sharded = flavour.startswith("one node")
+    url = REDIS_URL if sharded else redis_cluster.url
+    name = "sharded" if sharded else flavour
 
     @checkpointer_test(name=f"DurableSaver[cluster,{write_mode},{flavour}]")
     async def factory() -> AsyncGenerator[BaseCheckpointSaver[Any], None]:
-        saver = DurableSaver(redis_cluster.url, POSTGRES_URL, key_prefix=f"{prefix}-{flavour}",
-                             schema=schema, write_mode=write_mode)  # type: ignore[arg-type]
+        saver = DurableSaver(url, POSTGRES_URL, key_prefix=f"{prefix}-{name}",
+                             schema=schema, write_mode=write_mode,  # type: ignore[arg-type]
+                             journal_shards=4 if sharded else None)
         await saver.asetup()
         yield saver if flavour == "async" else SyncMethods(saver)
         await saver.aclose()
