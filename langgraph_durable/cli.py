@@ -45,7 +45,13 @@ from rich.markup import escape
 from rich.text import Text
 
 from langgraph_durable._cli import actions, queries, views
-from langgraph_durable._cli.probes import HotView, probe_postgres, probe_redis, redis_client
+from langgraph_durable._cli.probes import (
+    HotView,
+    hot_layout,
+    probe_postgres,
+    probe_redis,
+    redis_client,
+)
 from langgraph_durable._cli.target import Target, parse_duration
 from langgraph_durable._embedded.layout import DATA_DIR_ENV, default_data_dir
 from langgraph_durable.config import Retention, mask_url
@@ -171,7 +177,8 @@ def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
         return
     client = redis_client(saver.config.redis_url)
     try:
-        yield HotView(client, saver.config.key_prefix)
+        yield HotView(client, hot_layout(client, saver.config.key_prefix,
+                                         saver.config.journal_shards))
     finally:
         client.close()
 

@@ -224,6 +224,14 @@ class SaverConfig:
             ``"behind"``: a write returns once Redis holds it and its flush journal entry;
             a flusher moves it to Postgres.
         key_prefix: every Redis key starts with it; letters, digits, ``_.-`` only.
+        redis_cluster: whether ``redis_url`` names a node of a Redis Cluster (the client
+            then routes each call to the node owning its keys' slot and follows the
+            cluster's topology). ``None`` (default): asked of the server when the clients
+            open (``INFO cluster``). Set it when the server may be down at start.
+        journal_shards: how many journals write-behind spreads the threads over (each
+            thread's keys live beside its shard's journal, in one cluster slot). ``None``:
+            1 on a single node (one journal, ``<prefix>:journal``), 16 on a cluster. Every
+            process of a prefix must use the same number (checked when clients open).
         schema: Postgres schema of every table (created by ``setup()``).
         hot_ttl: idle time after which a thread's hot keys expire (refreshed on access;
             never before the thread is flushed). ``0`` keeps them until deleted.
@@ -284,6 +292,8 @@ class SaverConfig:
     postgres_url: str = DEFAULT_POSTGRES_URL
     write_mode: WriteMode = "through"
     key_prefix: str = "lgd"
+    redis_cluster: bool | None = None
+    journal_shards: int | None = None
     schema: str = "public"
     hot_ttl: float | timedelta = timedelta(days=1)
     hot_checkpoints: int = 20
@@ -396,6 +406,14 @@ class SaverConfig:
             raise ConfigurationError("hot_checkpoints must not be negative")
         if self.max_unflushed < 1:
             raise ConfigurationError("max_unflushed must be at least 1")
+        if self.journal_shards is not None and (
+            isinstance(self.journal_shards, bool)
+            or not isinstance(self.journal_shards, int)
+            or not 1 <= self.journal_shards <= 256
+        ):
+            raise ConfigurationError("journal_shards must be between 1 and 256 (or None)")
+        if self.redis_cluster not in (None, True, False):
+            raise ConfigurationError("redis_cluster must be True, False or None (detect)")
 
     def _check_keys(self) -> None:
         if self.secret is not None:
@@ -430,8 +448,9 @@ class SaverConfig:
 
     @classmethod
     def from_env(cls, **overrides: object) -> SaverConfig:
-        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL`` and the keys
-        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID``, plus overrides."""
+        """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL``, the keys
+        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID`` and
+        ``LGD_JOURNAL_SHARDS``, plus overrides."""
         values: dict[str, object] = {}
         if url := os.environ.get("LGD_REDIS_URL"):
             values["redis_url"] = url
@@ -443,6 +462,10 @@ class SaverConfig:
             values["encryption"] = _parse_keys(keys)
         if key_id := os.environ.get("LGD_ENCRYPTION_KEY_ID"):
             values["encryption_key_id"] = key_id
+        if shards := os.environ.get("LGD_JOURNAL_SHARDS"):
+            if not shards.strip().isdigit():
+                raise ConfigurationError(f"LGD_JOURNAL_SHARDS must be a number, got {shards!r}")
+            values["journal_shards"] = int(shards)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

@@ -25,6 +25,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -35,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.embedded import EmbeddedServers
+from tests.cluster import TestCluster
 
 TEST_SERVERS_ENV = "LGD_TEST_SERVERS"
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -252,17 +254,27 @@ def saver(make_saver: type[DurableSaver]) -> DurableSaver:
     return make_saver()
 
 
-def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
-              metadata: dict[str, object] | None = None) -> dict[str, object]:
-    """Put one checkpoint whose only channel ``value`` holds ``value``; returns its config."""
+def _value_put(saver: DurableSaver, thread_id: str, value: object, ns: str,
+               metadata: dict[str, object] | None) -> tuple[Any, ...]:
+    """The arguments of a ``put`` of one checkpoint whose channel ``value`` holds ``value``."""
     checkpoint = empty_checkpoint()
     version = saver.get_next_version(None, None)
     checkpoint["channel_values"] = {"value": value}
     checkpoint["channel_versions"] = {"value": version}
-    return saver.put(  # type: ignore[return-value]
-        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}, checkpoint,
-        {"source": "input", "step": -1, **(metadata or {})},  # type: ignore[typeddict-item]
-        {"value": version})
+    return ({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}, checkpoint,
+            {"source": "input", "step": -1, **(metadata or {})}, {"value": version})
+
+
+def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
+              metadata: dict[str, object] | None = None) -> dict[str, object]:
+    """Put one checkpoint whose only channel ``value`` holds ``value``; returns its config."""
+    return saver.put(*_value_put(saver, thread_id, value, ns, metadata))  # type: ignore[return-value]
+
+
+async def aput_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
+                     metadata: dict[str, object] | None = None) -> dict[str, object]:
+    """Async twin of `put_value` (``aput``)."""
+    return await saver.aput(*_value_put(saver, thread_id, value, ns, metadata))  # type: ignore[return-value]
 
 
 def cold_checkpoints(schema: str, thread_id: str) -> int:
@@ -272,3 +284,15 @@ def cold_checkpoints(schema: str, thread_id: str) -> int:
                            "WHERE thread_id = %s", (thread_id,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[TestCluster]:
+    """A private six-node Redis Cluster (three primaries, one replica each), started once
+    for the session by the first test that asks for it (`tests/cluster.py`)."""
+    cluster = TestCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

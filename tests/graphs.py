@@ -121,3 +121,28 @@ def delta_graph(saver: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any]:
     builder.add_edge(START, "add")
     builder.add_edge("add", END)
     return builder.compile(checkpointer=saver)
+
+
+CHARGE_CALL = {"name": "charge_card", "args": {"order_id": "A-1", "cents": 500},
+               "id": "call_1", "type": "tool_call"}
+"""The tool call `charge_card_graph` is invoked with (as an AIMessage's)."""
+
+
+def charge_card_graph(saver: Any, calls: list[int] | None = None) -> CompiledStateGraph[Any]:
+    """START → a ToolNode running a durable ``charge_card`` tool (each real call appends
+    its cents to ``calls``); invoke it with ``AIMessage("", tool_calls=[CHARGE_CALL])``."""
+    from langgraph.prebuilt import ToolNode
+
+    from langgraph_durable import durable_tool
+
+    @durable_tool(saver=saver)
+    def charge_card(order_id: str, cents: int) -> str:
+        """Charge a card."""
+        if calls is not None:
+            calls.append(cents)
+        return f"charged {cents} for {order_id}"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([charge_card]))
+    builder.add_edge(START, "tools")
+    return builder.compile(checkpointer=saver)

@@ -21,14 +21,18 @@ import psycopg
 import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 from typer.testing import CliRunner, Result
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.cli import app
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_schema
-from tests.graphs import approval_graph, chat_graph, subgraph_graph
+from tests.graphs import (
+    CHARGE_CALL,
+    approval_graph,
+    charge_card_graph,
+    chat_graph,
+    subgraph_graph,
+)
 
 
 @pytest.fixture
@@ -275,22 +279,9 @@ def test_prune_asks_before_deleting(cli: Callable[..., Result], saver: DurableSa
 def test_ledger_lists_a_threads_tool_calls(cli: Callable[..., Result],
                                            saver: DurableSaver) -> None:
     """A durable tool called once through ToolNode shows as one succeeded call, 1 attempt."""
-    from langgraph_durable import durable_tool
-
-    @durable_tool(saver=saver)
-    def charge_card(order_id: str, cents: int) -> str:
-        """Charge a card."""
-        return f"charged {cents} for {order_id}"
-
-    call = {"name": "charge_card", "args": {"order_id": "A-1", "cents": 500}, "id": "call_1",
-            "type": "tool_call"}
-    builder = StateGraph(MessagesState)
-    builder.add_node("tools", ToolNode([charge_card]))
-    builder.add_edge(START, "tools")
-    graph = builder.compile(checkpointer=saver)
     thread = thread_id()
-    graph.invoke({"messages": [AIMessage("", tool_calls=[call])]},
-                 {"configurable": {"thread_id": thread}})
+    charge_card_graph(saver).invoke({"messages": [AIMessage("", tool_calls=[CHARGE_CALL])]},
+                                    {"configurable": {"thread_id": thread}})
     result = cli("ledger", thread)
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if "charge_card" in line)

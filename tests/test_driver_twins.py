@@ -19,6 +19,7 @@ _ASYNC_TO_SYNC = [
     (r"\bclients\.for_loop\(", "clients.blocking("),
     (r"AsyncConnection\b", "Connection"),
     (r"self\.redis\.aclose\(\)", "self.redis.close()"),
+    (r"self\.cluster\.aclose\(\)", "self.cluster.close()"),
     (r"asyncio\.sleep", "time.sleep"),
     (r"\bAsyncEffects\b", "Effects"),
 ]

@@ -14,6 +14,8 @@ Environment:
     LGD_SIM_MODE     the write mode `test_replay` runs (default ``through``)
     LGD_SIM_FAULTS   comma-separated fault kinds to inject (default:
                      wipe,evict,lost,unreachable; ``restore`` may be added)
+    LGD_SIM_SHARDS   journal shards (default 1: one journal; more: the sharded key layout
+                     a Redis Cluster uses, on the single node)
     LGD_SIM_ALLOWANCE  steps during which another process may read older state after a
                      write that bypassed Redis (the documented exception of I1: the
                      stale-mark poll interval, default `MARK_INTERVAL` steps)
@@ -27,6 +29,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -52,28 +55,42 @@ SIM_RECLAIM = 0.2
 FAULT_KINDS = tuple(os.environ.get("LGD_SIM_FAULTS", ",".join(FAULTS)).split(","))
 
 
-@pytest.fixture(scope="module")
-def env(namespace: tuple[str, str]) -> Iterator[Env]:
-    """Real tiers and raw clients on this module's schema and prefix, shared by all seeds."""
-    schema, prefix = namespace
-    with DurableSaver(REDIS_URL, POSTGRES_URL, key_prefix=prefix, schema=schema) as saver:
+@contextmanager
+def sim_env(redis_url: str, schema: str, prefix: str, *, cluster: bool = False,
+            journal_shards: int | None = None) -> Iterator[Env]:
+    """Real tiers and raw clients on a schema and prefix, shared by all seeds; on a Redis
+    Cluster with ``cluster``, with ``journal_shards`` journals when given."""
+    layout = {"redis_cluster": cluster, "journal_shards": journal_shards}
+    with DurableSaver(redis_url, POSTGRES_URL, key_prefix=prefix, schema=schema,
+                      **layout) as saver:  # type: ignore[arg-type]
         saver.setup()
     configs = {
-        mode: SaverConfig(redis_url=REDIS_URL, postgres_url=POSTGRES_URL, write_mode=mode,
+        mode: SaverConfig(redis_url=redis_url, postgres_url=POSTGRES_URL, write_mode=mode,
                           key_prefix=prefix, schema=schema, background_flush=False,
-                          hot_ttl=SIM_TTL, reclaim_after=SIM_RECLAIM)
+                          hot_ttl=SIM_TTL, reclaim_after=SIM_RECLAIM,
+                          **layout)  # type: ignore[arg-type]
         for mode in ("through", "behind")
     }
     tiers = Tiers(configs["through"], latencies=Latencies())
     tiers.open()
-    client = redis.Redis.from_url(REDIS_URL)
+    client = (redis.RedisCluster if cluster else redis.Redis).from_url(redis_url)
     pg = psycopg.connect(POSTGRES_URL, autocommit=True)
     try:
-        yield Env(configs, tiers, client, pg)
+        yield Env(configs, tiers, client, pg)  # type: ignore[arg-type]
     finally:
         tiers.close()
         client.close()
         pg.close()
+
+
+@pytest.fixture(scope="module")
+def env(namespace: tuple[str, str]) -> Iterator[Env]:
+    """The simulation's tiers on this module's schema and prefix (``LGD_SIM_SHARDS``:
+    that many journal shards on the single node)."""
+    schema, prefix = namespace
+    shards = int(os.environ.get("LGD_SIM_SHARDS", "0")) or None
+    with sim_env(REDIS_URL, schema, prefix, journal_shards=shards) as shared:
+        yield shared
 
 
 def run_seed(env: Env, seed: int, mode: str) -> tuple[Sim, list[Violation]]:

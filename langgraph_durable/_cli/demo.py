@@ -46,7 +46,7 @@ from rich.table import Table
 from rich.text import Text
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, redis_client
+from langgraph_durable._cli.probes import HotView, hot_layout, redis_client
 from langgraph_durable.config import mask_url
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
@@ -307,7 +307,8 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
            resumed_from: str, bank: Path, target: Target) -> bool:
     client = redis_client(saver.config.redis_url)
     try:
-        rows = queries.history_rows(saver, HotView(client, saver.config.key_prefix), thread_id,
+        layout = hot_layout(client, saver.config.key_prefix, saver.config.journal_shards)
+        rows = queries.history_rows(saver, HotView(client, layout), thread_id,
                                     checkpoint_ns=None, limit=None)
     finally:
         client.close()

@@ -10,6 +10,7 @@ import redis.exceptions
 from langgraph_durable._cli.probes import (
     HotView,
     RedisFacts,
+    hot_layout,
     probe_postgres,
     probe_redis,
     redis_client,
@@ -80,7 +81,8 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
 def _journal_present(config: SaverConfig) -> bool:
     client = redis_client(config.redis_url)
     try:
-        return HotView(client, config.key_prefix).journal_present()
+        layout = hot_layout(client, config.key_prefix, config.journal_shards)
+        return HotView(client, layout).journal_present()
     except redis.exceptions.RedisError:
         return False
     finally:

@@ -16,7 +16,7 @@ import psycopg
 import redis
 import redis.exceptions
 
-from langgraph_durable._core.keys import ThreadKeys, journal_key, unb64
+from langgraph_durable._core.keys import Layout, unb64
 from langgraph_durable._tiers.clients import client_for_url
 from langgraph_durable.config import mask_url
 from langgraph_durable.errors import TierUnavailableError
@@ -53,12 +53,27 @@ def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
     return str(row[0]) if row else "unknown"
 
 
-def redis_client(url: str, *, timeout: float = 2.0) -> redis.Redis:
-    """A plain client for probes (short timeouts, no retries); a Sentinel URL's reaches
-    the current primary."""
-    client: redis.Redis = client_for_url(url, redis, socket_connect_timeout=timeout,
-                                         socket_timeout=timeout)
-    return client
+def redis_client(url: str, *, timeout: float = 2.0) -> Any:
+    """A client for probes (short timeouts, no retries): a cluster client when ``url``
+    names a node of a Redis Cluster (its SCANs and pipelines then reach every primary),
+    else a plain one; a Sentinel URL's reaches the current primary."""
+    plain: redis.Redis = client_for_url(url, redis, socket_connect_timeout=timeout,
+                                        socket_timeout=timeout)
+    try:
+        cluster = str(plain.info("cluster").get("cluster_enabled", 0)) == "1"
+    except redis.exceptions.RedisError:
+        return plain  # the caller's first command reports what is wrong
+    if not cluster:
+        return plain
+    plain.close()
+    return redis.RedisCluster.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout)
+
+
+def hot_layout(client: Any, prefix: str, journal_shards: int | None) -> Layout:
+    """The key layout of ``prefix`` as seen through ``client`` (see `redis_client`)."""
+    return Layout(prefix, shards=journal_shards,
+                  cluster=isinstance(client, redis.RedisCluster))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +119,8 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         ) from exc
     finally:
         client.close()
+    if str(info.get("redis_mode")) == "cluster":
+        config.update(_cluster_config(url, timeout))
     if "valkey_version" in info:
         server = f"Valkey {info['valkey_version']}"
     else:
@@ -118,6 +135,29 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         save=config.get("save"),
         maxmemory_policy=config.get("maxmemory-policy"),
     )
+
+
+def _cluster_config(url: str, timeout: float) -> dict[str, str]:
+    """The persistence settings that hold on every primary of a cluster: the append-only
+    file only if every primary has it on, the eviction policy if all agree."""
+    client: Any = redis_client(url, timeout=timeout)  # (redis-py's cluster API is untyped)
+    try:
+        if not isinstance(client, redis.RedisCluster):
+            return {}
+        seen: dict[str, set[str]] = {}
+        for node in client.get_primaries():  # type: ignore[no-untyped-call]
+            for key, value in _config_get(client.get_redis_connection(node),
+                                          "appendonly", "maxmemory-policy").items():
+                seen.setdefault(key, set()).add(value)
+    except redis.exceptions.RedisError:
+        return {}
+    finally:
+        client.close()
+    out = {"appendonly": "no" if seen.get("appendonly", {"no"}) != {"yes"} else "yes"}
+    policies = seen.get("maxmemory-policy", set())
+    if len(policies) == 1:
+        out["maxmemory-policy"] = policies.pop()
+    return out
 
 
 def _config_get(client: redis.Redis, *names: str) -> dict[str, str]:
@@ -158,17 +198,24 @@ class HotThread:
 
 
 class HotView:
-    """Read-only look at a key prefix's threads in Redis (``SCAN``, never ``KEYS``)."""
+    """Read-only look at a key prefix's threads in Redis (``SCAN``, never ``KEYS``; on a
+    cluster, every primary)."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: Any, layout: Layout) -> None:
         self.client = client
-        self.prefix = prefix
-        self._registry_re = re.compile(rf"^{re.escape(prefix)}:\{{([A-Za-z0-9_-]*)\}}:k$")
+        self.layout = layout
+        prefix = re.escape(layout.prefix)
+        if layout.sharded:
+            self._registry_re = re.compile(rf"^{prefix}:\{{[^}}]*\}}:([A-Za-z0-9_-]*):k$")
+            self._pattern = f"{layout.prefix}:{{*}}:*:k"
+        else:
+            self._registry_re = re.compile(rf"^{prefix}:\{{([A-Za-z0-9_-]*)\}}:k$")
+            self._pattern = f"{layout.prefix}:{{*}}:k"
 
     def thread_ids(self, *, limit: int = 100_000) -> list[str]:
         """Every thread with a registry key under the prefix (at most ``limit``)."""
         found: list[str] = []
-        for key in self.client.scan_iter(match=f"{self.prefix}:{{*}}:k", count=1000):
+        for key in self.client.scan_iter(match=self._pattern, count=1000):
             text = key.decode() if isinstance(key, bytes) else str(key)
             match = self._registry_re.match(text)
             if match is None:
@@ -185,13 +232,13 @@ class HotView:
         """The hot keys of the given threads (absent threads are left out)."""
         ids = list(thread_ids)
         pipe = self.client.pipeline(transaction=False)
-        keyed = [ThreadKeys(self.prefix, t) for t in ids]
+        keyed = [self.layout.thread(t) for t in ids]
         for keys in keyed:
             pipe.smembers(keys.registry)
             pipe.hlen(keys.unflushed)
         replies = pipe.execute()
         result: dict[str, HotThread] = {}
-        index_keys: list[tuple[str, ThreadKeys, str]] = []
+        index_keys: list[tuple[str, Any, str]] = []
         for thread_id, keys, members, unflushed in zip(
                 ids, keyed, replies[0::2], replies[1::2], strict=True):
             if not members and not unflushed:
@@ -213,5 +260,6 @@ class HotView:
 
     def journal_present(self) -> bool:
         """Whether the prefix has a write-behind journal (behind mode ran on it)."""
-        return bool(self.client.exists(journal_key(self.prefix)))
+        layout = self.layout
+        return bool(self.client.exists(*(layout.journal(k) for k in range(layout.shards))))
 

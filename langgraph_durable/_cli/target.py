@@ -56,4 +56,5 @@ class Target:
             config.redis_url, config.postgres_url, schema=config.schema,
             key_prefix=config.key_prefix, write_mode=config.write_mode,
             pool_timeout=config.pool_timeout, retention=self.retention,
+            journal_shards=config.journal_shards,
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
@@ -258,6 +259,13 @@ class Context:
     cache: TupleCache = field(default_factory=TupleCache)
     seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
     sweeps: SweepTotals = field(default_factory=SweepTotals)
+    # where the prefix's keys live; the engine replaces it once it knows whether Redis is
+    # a cluster (`redis_cluster=None`: asked when the clients open)
+    layout: Layout = field(default_factory=lambda: Layout("lgd"))
+    flush_cursor: int = 0  # the shard this process's next flush batch is looked for first
+
+    def __post_init__(self) -> None:
+        self.layout = layout_of(self.config, cluster=self.config.redis_cluster is True)
 
     def forked(self, consumer: str) -> None:
         """In a child after ``fork()``: its own name in the journal's group (the parent's
@@ -278,3 +286,8 @@ class Context:
     @property
     def deadline_ms(self) -> int:
         return int((time.time() + seconds(self.config.write_deadline)) * 1000)
+
+
+def layout_of(config: SaverConfig, *, cluster: bool) -> Layout:
+    """The key layout of ``config`` on a cluster or a single node."""
+    return Layout(config.key_prefix, shards=config.journal_shards, cluster=cluster)

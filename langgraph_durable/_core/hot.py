@@ -25,11 +25,7 @@ from typing import Any
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import (
-    ThreadKeys,
-    journal_key,
-    marks_key,
-)
+from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
@@ -78,7 +74,7 @@ def announce(ctx: Context, keys: ThreadKeys, *, current: bool = False) -> Op[str
     if dirty is None:
         return None
     if current and int(dirty):
-        yield from journal.flush(ctx, timeout=None)
+        yield from journal.flush(ctx, timeout=None, thread_ids=[keys.thread_id])
     return token
 
 
@@ -141,34 +137,44 @@ def apply_marks(ctx: Context) -> Op[int]:
     """Drop the hot copy of every thread a write changed while it bypassed Redis, for the
     marks this Redis has not applied yet; returns how many threads were dropped.
 
-    The highest mark applied is kept in Redis itself, so a Redis restored from an older
-    snapshot applies again the marks made since, and a new or emptied Redis applies every
-    mark kept (one per thread, for twice ``hot_ttl``). The usual poll, with no new mark,
-    is one index lookup in Postgres and one Redis call. Raises
+    The highest mark applied is kept in Redis itself, beside the data it describes (one
+    per journal shard, in the shard's slot), so a Redis — or, on a cluster, the node of a
+    shard — restored from an older snapshot or promoted from a replica that lagged has an
+    older mark and applies again the marks made since, and a new or emptied Redis applies
+    every mark kept (one per thread, for twice ``hot_ttl``). The usual poll, with no new
+    mark, is one index lookup in Postgres and one Redis call (per cluster node). Raises
     `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
-    watermark = marks_key(ctx.config.key_prefix)
+    layout = ctx.layout
+    watermarks = [layout.marks(k) for k in range(layout.shards)]
     # Redis first: a process's first call then reaches Redis while its first Postgres
     # connection is still being made. A mark made between the two reads is newer than
     # `applied` and is applied now; marks Redis applied meanwhile are applied again
     # (dropping a hot copy twice is harmless).
-    applied = int((yield Hot("marks", [watermark], [""])) or 0)
+    applied = [
+        int(r or 0)
+        for r in (yield from journal.each_shard(ctx, [Hot("marks", [w], [""]) for w in watermarks]))
+    ]
     newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
-    if applied >= newest:
+    after = min(applied)
+    if after >= newest:
         return 0
     dropped = 0
     while rows := (
-        yield Cold.one(ctx.statements.pending_marks_sql, {"after": applied}, fetch=True)
+        yield Cold.one(ctx.statements.pending_marks_sql, {"after": after}, fetch=True)
     )[0]:
         for row in rows:
-            keys = ThreadKeys(ctx.config.key_prefix, row["thread_id"])
+            thread_id = row["thread_id"]
+            if row["seq"] <= applied[layout.shard(thread_id)]:
+                continue  # that shard's Redis applied it already
+            keys = layout.thread(thread_id)
             if (yield _drop_request(ctx, keys, "", row["version"], only_flushed=True)) == -1:
                 # write-behind entries of the thread are on their way: they go first
-                yield from journal.flush(ctx, timeout=None)
+                yield from journal.flush(ctx, timeout=None, thread_ids=[thread_id])
                 yield _drop_request(ctx, keys, "", row["version"], only_flushed=False)
-        applied = max(r["seq"] for r in rows)
-        yield Hot("marks", [watermark], [applied])
-        dropped += len(rows)
+            dropped += 1
+        after = max(r["seq"] for r in rows)
+        yield from journal.each_shard(ctx, [Hot("marks", [w], [after]) for w in watermarks])
     if dropped:
         keep = 2 * ctx.ttl_ms / 1000 or 7 * 86400.0  # a copy older than that expired
         yield Cold.one(ctx.statements.forget_marks_sql, {"keep": keep})
@@ -202,7 +208,7 @@ def recover_hot(ctx: Context) -> Op[bool]:
     Returns whether the hot tier is usable again; on failure the breaker stays open.
     """
     try:
-        yield Hot("journal_state", [journal_key(ctx.config.key_prefix)], [])
+        yield journal.probe_request(ctx)
         yield from apply_marks(ctx)
         ctx.marks.checked()
     except TierUnavailableError as exc:
@@ -217,5 +223,5 @@ def recover_hot(ctx: Context) -> Op[bool]:
 def connect(ctx: Context) -> Op[bool]:
     """Open a hot-tier connection now (at setup), so the first read after a restart costs
     one round trip; returns whether Redis answered. A dead Redis is not an error here."""
-    state = yield from try_hot(ctx, Hot("journal_state", [journal_key(ctx.config.key_prefix)], []))
+    state = yield from try_hot(ctx, journal.probe_request(ctx))
     return state is not None

@@ -11,6 +11,12 @@ cannot store) is split in halves until the entry at fault is alone; that entry m
 the dead letters (a stream beside the journal, see `dead_letters`) and every other entry
 goes on to Postgres. An entry that cannot even be decoded goes there too.
 
+A sharded layout (`keys.Layout`: a Redis Cluster, or ``journal_shards`` > 1) has one journal
+per shard, each beside its threads' keys in one slot: a flusher takes its batches from the
+shards in turn (each shard has its own consumer group, so claims and the reclaim of a dead
+flusher's batch are per shard), and a flush drains every shard, or only the shards of the
+threads it is for.
+
 With a secret or encryption configured each entry is sealed (`_core.seal`) and opened by
 the flusher before anything of it goes near Postgres: an entry that fails (written into
 the stream by someone without the key) goes to the dead letters, never to Postgres.
@@ -30,14 +36,8 @@ import ormsgpack
 
 from langgraph_durable._core.codec import FrameError
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import (
-    ThreadKeys,
-    dead_letter_key,
-    journal_bytes_key,
-    journal_key,
-)
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
-from langgraph_durable._core.requests import Cold, Hot, Op, Pause, Statement
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import WriteRejectedError
@@ -337,12 +337,30 @@ def _commit(ctx: Context, entries: list[Entry], rejected: Rejected) -> Op[list[d
         return first + (yield from _commit(ctx, entries[half:], rejected))
 
 
-def flush_batch(ctx: Context, consumer: str | None = None) -> Op[int]:
+def flush_batch(ctx: Context, consumer: str | None = None, *, shard: int | None = None) -> Op[int]:
     """Move one batch of journal entries to Postgres; returns how many it took off the
     journal (entries Postgres rejected, now dead letters, included). ``consumer`` names
-    the flusher in the group (default: this process's background flusher)."""
-    prefix = ctx.config.key_prefix
-    journal = journal_key(prefix)
+    the flusher in the group (default: this process's background flusher). ``shard``: the
+    journal to take it from; default: the next shard, in turn, that holds entries (0 when
+    none has any)."""
+    if shard is not None or ctx.layout.shards == 1:
+        return (yield from _flush_shard(ctx, consumer, shard or 0))
+    states = yield from _states(ctx, range(ctx.layout.shards))
+    start = ctx.flush_cursor
+    for step in range(ctx.layout.shards):
+        k = (start + step) % ctx.layout.shards
+        if states[k].length == 0:
+            continue
+        moved = yield from _flush_shard(ctx, consumer, k)
+        if moved:
+            ctx.flush_cursor = k + 1  # the next batch starts at the next shard: fair
+            return moved
+    return 0
+
+
+def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
+    layout = ctx.layout
+    journal = layout.journal(shard)
     reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
     raw = yield Hot(
         "flush_read",
@@ -372,7 +390,7 @@ def flush_batch(ctx: Context, consumer: str | None = None) -> Op[int]:
     versions = yield from _commit(ctx, good, rejected)
     ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(entries), len(rejected)]
     for e in entries:
-        keys = ThreadKeys(prefix, e.thread_id)
+        keys = layout.nobody(shard) if e.kind == "?" else layout.thread(e.thread_id)
         ack += [
             e.id,
             keys.unflushed,
@@ -383,9 +401,9 @@ def flush_batch(ctx: Context, consumer: str | None = None) -> Op[int]:
     for entry_id, reason in rejected:
         ack += [entry_id, reason]
     for row in versions:
-        keys = ThreadKeys(prefix, row["thread_id"])
+        keys = ctx.layout.thread(row["thread_id"])
         ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
-    yield Hot("flush_ack", [journal, dead_letter_key(prefix), journal_bytes_key(prefix)], ack)
+    yield Hot("flush_ack", [journal, layout.dead(shard), layout.journal_bytes(shard)], ack)
     for entry_id, reason in rejected:
         logger.warning(
             "flush: journal entry %s moved to the dead letters (`langgraph-durable "
@@ -394,6 +412,14 @@ def flush_batch(ctx: Context, consumer: str | None = None) -> Op[int]:
             reason,
         )
     return len(entries)
+
+
+def each_shard(ctx: Context, requests: Sequence[Hot]) -> Op[list[Any]]:
+    """Run one request per shard: a single call on one shard, else one batch (which a
+    cluster driver splits by node)."""
+    if len(requests) == 1:
+        return [(yield requests[0])]
+    return list((yield HotBatch(tuple(requests))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,48 +433,94 @@ class JournalState:
     dead_letters: int  # entries Postgres rejected, waiting for an operator
 
 
-def journal_state(ctx: Context) -> Op[JournalState]:
-    """The journal's oldest and newest entry ids, length, bytes and dead letters."""
-    prefix = ctx.config.key_prefix
-    first, last, length, size, dead = yield Hot(
+def _state_request(ctx: Context, shard: int) -> Hot:
+    layout = ctx.layout
+    return Hot(
         "journal_state",
-        [journal_key(prefix), journal_bytes_key(prefix), dead_letter_key(prefix)],
+        [layout.journal(shard), layout.journal_bytes(shard), layout.dead(shard)],
         [],
     )
-    return JournalState(first.decode(), last.decode(), int(length), int(size), int(dead))
 
 
-def leave_request(ctx: Context, consumer: str | None = None) -> Hot:
-    """Remove a consumer (default: this saver's) from the group, unless it still holds
-    entries."""
-    return Hot(
-        "journal_leave", [journal_key(ctx.config.key_prefix)], [GROUP, consumer or ctx.consumer]
+def _states(ctx: Context, shards: Sequence[int]) -> Op[list[JournalState]]:
+    replies = yield from each_shard(ctx, [_state_request(ctx, k) for k in shards])
+    return [
+        JournalState(first.decode(), last.decode(), int(length), int(size), int(dead))
+        for first, last, length, size, dead in replies
+    ]
+
+
+def journal_state(ctx: Context) -> Op[JournalState]:
+    """The journal's oldest and newest entry ids, length, bytes and dead letters (over
+    every shard: the oldest entry of any, the newest of any, the sums)."""
+    states = yield from _states(ctx, range(ctx.layout.shards))
+    ids = [s.oldest for s in states if s.oldest] + [s.newest for s in states if s.newest]
+    ordered = sorted(ids, key=stream_order)
+    return JournalState(
+        ordered[0] if ordered else "",
+        ordered[-1] if ordered else "",
+        sum(s.length for s in states),
+        sum(s.bytes for s in states),
+        sum(s.dead_letters for s in states),
     )
 
 
-def flush(ctx: Context, timeout: float | None) -> Op[int]:
+def probe_request(ctx: Context) -> Hot:
+    """A cheap hot request that shows whether Redis answers (shard 0's journal state)."""
+    return _state_request(ctx, 0)
+
+
+def leave_request(ctx: Context, consumer: str | None = None) -> Hot | HotBatch:
+    """Remove a consumer (default: this saver's) from every shard's group, unless it still
+    holds entries there."""
+    requests = tuple(
+        Hot("journal_leave", [ctx.layout.journal(k)], [GROUP, consumer or ctx.consumer])
+        for k in range(ctx.layout.shards)
+    )
+    return requests[0] if len(requests) == 1 else HotBatch(requests)
+
+
+def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None = None) -> Op[int]:
     """Drain until every entry present when called is in Postgres (or, rejected by it, in
-    the dead letters); returns entries moved.
+    the dead letters); returns entries moved. With ``thread_ids``, only the shards that
+    hold those threads' entries are drained.
 
     Works alongside other flushers: entries they hold are waited for (or reclaimed once
     idle), so the promise holds whoever moved them. It reads as a consumer of its own, so
     it never takes over a batch this process's background flusher is committing (that
     flusher's late commit could otherwise land after a delete that this drain let pass).
     """
-    target = (yield from journal_state(ctx)).newest
-    if not target:
+    layout = ctx.layout
+    shards = sorted(
+        range(layout.shards) if thread_ids is None else {layout.shard(t) for t in thread_ids}
+    )
+    states = yield from _states(ctx, shards)
+    targets = {k: s.newest for k, s in zip(shards, states, strict=True) if s.newest}
+    if not targets:
         return 0
     consumer = f"{ctx.consumer}:{secrets.token_hex(4)}"
     moved, started = 0, time.monotonic()
+    left = sorted(targets)
     while True:
-        moved += yield from flush_batch(ctx, consumer)
-        oldest = (yield from journal_state(ctx)).oldest
-        if not oldest or stream_order(oldest) > stream_order(target):
-            yield leave_request(ctx, consumer)
+        for k in left:
+            moved += yield from _flush_shard(ctx, consumer, k)
+        states = yield from _states(ctx, left)
+        done = [
+            k
+            for k, s in zip(left, states, strict=True)
+            if not s.oldest or stream_order(s.oldest) > stream_order(targets[k])
+        ]
+        if done:
+            yield from each_shard(
+                ctx, [Hot("journal_leave", [layout.journal(k)], [GROUP, consumer]) for k in done]
+            )
+            left = [k for k in left if k not in done]
+        if not left:
             return moved
         if timeout is not None and time.monotonic() - started >= timeout:
             raise TimeoutError(
-                f"flush: entries up to {target} still unflushed after {timeout:.1f} s"
+                f"flush: entries up to {max(targets.values(), key=stream_order)} still "
+                f"unflushed after {timeout:.1f} s"
             )
         yield Pause(0.005)
 
@@ -470,7 +542,7 @@ class DeadLetter:
     size: int
 
 
-def _dead_letter(ctx: Context, raw: list[Any]) -> DeadLetter:
+def _dead_letter(ctx: Context, raw: list[Any], shard: int) -> DeadLetter:
     letter_id, fields = raw[0].decode(), raw[1]
     values = dict(zip(fields[::2], fields[1::2], strict=True))
     data = values.get(b"d", b"")
@@ -481,7 +553,7 @@ def _dead_letter(ctx: Context, raw: list[Any]) -> DeadLetter:
     except (ValueError, TypeError, KeyError, IndexError, FrameError):
         kind, where = "?", ("", "", "")
     return DeadLetter(
-        letter_id,
+        f"{shard}/{letter_id}" if ctx.layout.sharded else letter_id,
         values.get(b"entry", b"").decode(),
         values.get(b"reason", b"").decode(errors="replace"),
         kind,
@@ -491,9 +563,17 @@ def _dead_letter(ctx: Context, raw: list[Any]) -> DeadLetter:
 
 
 def dead_letters(ctx: Context, limit: int = 1000) -> Op[list[DeadLetter]]:
-    """The dead letters, oldest first (at most ``limit``)."""
-    raw = yield Hot("dead_letters", [dead_letter_key(ctx.config.key_prefix)], ["-", limit])
-    return [_dead_letter(ctx, r) for r in raw or []]
+    """The dead letters, oldest first (at most ``limit``; with shards, at most ``limit``
+    of each shard, shard by shard). A sharded layout's letter ids are
+    ``<shard>/<stream id>``."""
+    layout = ctx.layout
+    replies = yield from each_shard(
+        ctx, [Hot("dead_letters", [layout.dead(k)], ["-", limit]) for k in range(layout.shards)]
+    )
+    letters = [
+        _dead_letter(ctx, r, k) for k, reply in enumerate(replies) for r in reply or []
+    ]
+    return letters[:limit]
 
 
 def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
@@ -502,17 +582,27 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
     delete it for good; returns ``"dropped"``. Returns ``""`` if there is no such letter."""
     if action not in ("retry", "drop"):
         raise ValueError(f"action must be 'retry' or 'drop', not {action!r}")
-    prefix = ctx.config.key_prefix
-    raw = yield Hot("dead_letters", [dead_letter_key(prefix)], [letter_id, 1])
-    if not raw or raw[0][0].decode() != letter_id:
+    layout = ctx.layout
+    shard, stream_id = 0, letter_id
+    if layout.sharded:
+        head, _, stream_id = letter_id.partition("/")
+        if not head.isdigit() or int(head) >= layout.shards:
+            return ""
+        shard = int(head)
+    raw = yield Hot("dead_letters", [layout.dead(shard)], [stream_id, 1])
+    if not raw or raw[0][0].decode() != stream_id:
         return ""
-    letter = _dead_letter(ctx, raw[0])
+    letter = _dead_letter(ctx, raw[0], shard)
     if action == "retry" and letter.kind == "?":
         raise ValueError(f"dead letter {letter_id} cannot be decoded; it can only be dropped")
-    keys = ThreadKeys(prefix, letter.thread_id)
+    keys = layout.thread(letter.thread_id)
+    if letter.kind != "?" and layout.shard(letter.thread_id) != shard:
+        raise ValueError(f"dead letter {letter_id} names a thread of another shard")
+    # an undecodable letter names no thread (it can only be dropped)
+    unflushed = (layout.nobody(shard) if letter.kind == "?" else keys).unflushed
     reply = yield Hot(
         "dead_letter",
-        [dead_letter_key(prefix), journal_key(prefix), journal_bytes_key(prefix), keys.unflushed],
-        [letter_id, action, keys.unflushed_member(letter.checkpoint_ns, letter.checkpoint_id)],
+        [layout.dead(shard), layout.journal(shard), layout.journal_bytes(shard), unflushed],
+        [stream_id, action, keys.unflushed_member(letter.checkpoint_ns, letter.checkpoint_id)],
     )
     return bytes(reply).decode() if reply else ""

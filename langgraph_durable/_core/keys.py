@@ -1,7 +1,11 @@
-"""Redis key names. Every key of one thread shares the hash tag ``{<thread>}``.
+"""Redis key names. Every key of one thread shares one hash tag, so each of its scripts
+runs on one Redis Cluster slot.
 
 Thread ids and namespaces are user input. Both are base64url-encoded inside key names, so
-no id can close the hash tag, add a separator, or collide with another id's keys::
+no id can close the hash tag, add a separator, or collide with another id's keys.
+
+Two layouts (`Layout`). On a single Redis node with one journal shard (the default there)
+every key of a thread carries the thread's own tag, and the journal is one stream::
 
     <prefix>:{<b64 thread>}:k                  SET   every key of the thread (for deletion)
     <prefix>:{<b64 thread>}:in                 ZSET  write intents: token -> deadline (ms)
@@ -18,6 +22,23 @@ no id can close the hash tag, add a separator, or collide with another id's keys
     <prefix>:dead                              STREAM journal entries Postgres rejected
     <prefix>:marks                             STRING highest stale mark applied
 
+Sharded (on a Redis Cluster, or with ``journal_shards`` > 1): the threads are spread over
+S journal shards by a stable hash of the thread id (`Layout.shard`); a thread's keys carry
+its shard's tag instead of its own, next to the shard's journal, so a write-behind script
+(thread keys and journal entry) touches one slot::
+
+    <prefix>:{<tag k>}:<b64 thread>:k ...      the thread's keys as above
+    <prefix>:{<tag k>}:journal                 STREAM shard k's flush journal
+    <prefix>:{<tag k>}:journal:bytes           STRING its payload bytes
+    <prefix>:{<tag k>}:dead                    STREAM its dead letters
+    <prefix>:{<tag k>}:marks                   STRING highest stale mark applied to its threads
+    <prefix>:layout                            STRING how many shards the prefix uses
+
+``<tag k>`` is ``<prefix>.j<k>.<n>``, with the smallest ``n`` that puts it in the k-th
+of S equal ranges of the 16384 cluster slots: shards spread evenly over the primaries of a
+cluster whose slots were assigned in even ranges, and two prefixes never share a slot.
+(A base64 thread id holds no ``.`` or ``:``, so no thread key is ever a shard's key.)
+
 The registry lists the keys that make up the thread's copy; a key it does not list is a
 leftover (of an eviction or a drop) and is never served. Versions come from a Postgres
 sequence: every commit that changes a namespace gives it a new, larger one.
@@ -29,6 +50,9 @@ can be used verbatim.
 from __future__ import annotations
 
 import base64
+import functools
+
+import xxhash
 
 from langgraph_durable.errors import ConfigurationError
 
@@ -96,9 +120,13 @@ class ThreadKeys:
 
     __slots__ = ("base", "intents", "registry", "thread_id", "unflushed", "versions")
 
-    def __init__(self, prefix: str, thread_id: str) -> None:
+    def __init__(self, prefix: str, thread_id: str, tag: str | None = None) -> None:
         self.thread_id = thread_id
-        self.base = f"{prefix}:{{{b64(thread_id)}}}"
+        name = b64(thread_id)
+        self._place(f"{prefix}:{{{name}}}" if tag is None else f"{prefix}:{{{tag}}}:{name}")
+
+    def _place(self, base: str) -> None:
+        self.base = base
         self.registry = f"{self.base}:k"
         self.intents = f"{self.base}:in"
         self.unflushed = f"{self.base}:u"
@@ -145,3 +173,127 @@ def journal_bytes_key(prefix: str) -> str:
 def dead_letter_key(prefix: str) -> str:
     """Key of the dead letters: journal entries Postgres rejected (a Redis Stream)."""
     return f"{prefix}:dead"
+
+
+# ------------------------------------------------------------------------ sharded layout
+
+SLOTS = 16384  # Redis Cluster hash slots
+
+
+def _crc16_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return tuple(table)
+
+
+_CRC16 = _crc16_table()
+
+
+def _crc16(data: bytes) -> int:
+    """CRC16-XMODEM, the checksum Redis Cluster maps keys to slots with."""
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc
+
+
+def key_slot(key: str) -> int:
+    """The cluster slot of a key (its hash tag's, when it has a non-empty one)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return _crc16(key.encode()) % SLOTS
+
+
+CLUSTER_SHARDS = 16  # journal shards on a cluster unless configured
+MAX_SHARDS = 256
+
+
+class Layout:
+    """Where a prefix's keys live: one journal (``shards == 1`` on a single node, today's
+    key names) or ``shards`` journals, each thread's keys beside its shard's journal.
+
+    ``shards=None``: 1 on a single node, `CLUSTER_SHARDS` on a cluster.
+    """
+
+    __slots__ = ("cluster", "prefix", "shards", "tags")
+
+    def __init__(self, prefix: str, *, shards: int | None = None, cluster: bool = False) -> None:
+        self.prefix = prefix
+        self.shards = shards or (CLUSTER_SHARDS if cluster else 1)
+        self.cluster = cluster
+        self.tags = _tags(prefix, self.shards) if cluster or self.shards > 1 else None
+
+    @property
+    def sharded(self) -> bool:
+        return self.tags is not None
+
+    def shard(self, thread_id: str) -> int:
+        """The journal shard of a thread (stable across processes and versions)."""
+        if self.shards == 1:
+            return 0
+        return xxhash.xxh64_intdigest(thread_id.encode()) % self.shards
+
+    def thread(self, thread_id: str) -> ThreadKeys:
+        tag = None if self.tags is None else self.tags[self.shard(thread_id)]
+        return ThreadKeys(self.prefix, thread_id, tag)
+
+    def nobody(self, k: int) -> ThreadKeys:
+        """Thread-shaped keys of shard ``k`` that belong to no thread (``.`` is not
+        base64), for a journal entry that names none (undecodable): its acknowledgement
+        touches them instead of a real thread's, in the shard's slot."""
+        keys = ThreadKeys(self.prefix, "")
+        keys._place(self._shard_key(k, "{.}") if self.tags is None else self._shard_key(k, "."))
+        return keys
+
+    def _shard_key(self, k: int, name: str) -> str:
+        if self.tags is None:
+            return f"{self.prefix}:{name}"
+        return f"{self.prefix}:{{{self.tags[k]}}}:{name}"
+
+    def journal(self, k: int) -> str:
+        """Shard ``k``'s write-behind flush journal (a Redis Stream)."""
+        return self._shard_key(k, "journal")
+
+    def journal_bytes(self, k: int) -> str:
+        """Shard ``k``'s count of payload bytes its journal holds."""
+        return self._shard_key(k, "journal:bytes")
+
+    def dead(self, k: int) -> str:
+        """Shard ``k``'s dead letters: journal entries Postgres rejected (a Redis Stream)."""
+        return self._shard_key(k, "dead")
+
+    def marks(self, k: int) -> str:
+        """The highest stale mark applied to shard ``k``'s threads (see `hot.apply_marks`)."""
+        return self._shard_key(k, "marks")
+
+    def layout_key(self) -> str:
+        """Key recording how many shards the prefix uses (checked when clients open)."""
+        return f"{self.prefix}:layout"
+
+    def describe(self) -> str:
+        """The value `layout_key` holds for this layout."""
+        return f"shards={self.shards}"
+
+
+@functools.lru_cache(maxsize=64)
+def _tags(prefix: str, shards: int) -> tuple[str, ...]:
+    return tuple(_spread_tag(prefix, k, shards) for k in range(shards))
+
+
+def _spread_tag(prefix: str, k: int, shards: int) -> str:
+    """Shard ``k``'s hash tag: ``<prefix>.j<k>.<n>`` in the k-th of ``shards`` equal slot
+    ranges (smallest such ``n``)."""
+    low, high = k * SLOTS // shards, (k + 1) * SLOTS // shards
+    n = 0
+    while True:
+        tag = f"{prefix}.j{k}.{n}"
+        if low <= key_slot(tag) < high:
+            return tag
+        n += 1

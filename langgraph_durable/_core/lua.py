@@ -1,8 +1,10 @@
 """Lua scripts of the hot tier; each runs atomically.
 
-Thread scripts touch only keys under the thread's hash tag. The write-behind scripts also
-append to the flush journal, a key of its own: they need a single Redis node (or Valkey)
-for that atomicity; see docs/failure-model.md.
+Every script touches keys of one hash slot. Thread scripts touch only keys under the
+thread's hash tag. The write-behind scripts also append to the flush journal: on a single
+node with one journal it is a key of its own; with journal shards (always on a Redis
+Cluster) the thread's keys carry its shard's tag, beside the shard's journal, so the
+script stays on one slot (see `keys.Layout` and docs/failure-model.md).
 
 TTL rule: a write-behind write PERSISTs what it touches until the flusher has moved it
 to Postgres; reads extend a TTL but never add one (`refresh`), so an unflushed key cannot

@@ -147,7 +147,7 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
 def _repair_cold(
     ctx: Context, where: Location, row: dict[str, Any], damage: Damaged
 ) -> Op[CheckpointTuple | None]:
-    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     reply = yield from try_hot(ctx, _get(keys, ns, row["checkpoint_id"], 0))
     if not reply or reply[0] != b"hit":
@@ -247,7 +247,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
 
 def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | None]:
     """The checkpoint and whether it is its namespace's head."""
-    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
     reply = yield from try_hot(
@@ -274,7 +274,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
     if reply is not None and reply[0] in (b"miss", b"busy") and int(reply[1]):
-        yield from journal.flush(ctx, timeout=None)
+        yield from journal.flush(ctx, timeout=None, thread_ids=[where.thread_id])
     if where.checkpoint_id is None:
         query, params = (
             ctx.statements.get_latest_sql,
@@ -412,7 +412,7 @@ def _id(tup: CheckpointTuple) -> str:
 
 def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
     """The thread's checkpoints with entries the flusher has not moved yet, from Redis."""
-    keys = ThreadKeys(ctx.config.key_prefix, thread_id)
+    keys = ctx.layout.thread(thread_id)
     records = yield from try_hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
     if records is None:
         raise bypassed(thread_id)

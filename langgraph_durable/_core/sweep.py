@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 
 from langgraph_durable._core.context import Context, SweepReport
 from langgraph_durable._core.hot import drop_many, try_hot
-from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable._core.sweep_sql import statements
 from langgraph_durable._core.writes import (
@@ -120,7 +119,7 @@ def _claim(ctx: Context, thread_ids: Sequence[str], report: SweepReport) -> Op[d
     tokens = {thread_id: secrets.token_hex(16) for thread_id in thread_ids}
     fences = []
     for thread_id, token in tokens.items():
-        keys = ThreadKeys(ctx.config.key_prefix, thread_id)
+        keys = ctx.layout.thread(thread_id)
         fences.append(Hot("fence", [keys.intents, keys.unflushed], [token, deadline, now_ms]))
     got = yield from try_hot(ctx, HotBatch(tuple(fences)))
     if got is None:  # some may have been taken: they expire with the deadline
@@ -133,7 +132,7 @@ def _claim(ctx: Context, thread_ids: Sequence[str], report: SweepReport) -> Op[d
 def _release(ctx: Context, claimed: dict[str, str]) -> Op[None]:
     if claimed:
         releases = tuple(
-            Hot("release", [ThreadKeys(ctx.config.key_prefix, t).intents], [token])
+            Hot("release", [ctx.layout.thread(t).intents], [token])
             for t, token in claimed.items()
         )
         yield from try_hot(ctx, HotBatch(releases))
@@ -177,7 +176,7 @@ def _delete_idle(
     report.blobs += row["blobs"]
     report.ledger += row["ledger"]
     report.bytes += int(row["bytes"])
-    dropped = [(ThreadKeys(ctx.config.key_prefix, t), claimed.pop(t)) for t in deleted]
+    dropped = [(ctx.layout.thread(t), claimed.pop(t)) for t in deleted]
     yield from drop_many(ctx, dropped, tombstone)
     yield from _release(ctx, claimed)  # those written since the batch looked
     return None

@@ -32,8 +32,6 @@ from langgraph_durable._core.journal import (
 from langgraph_durable._core.keys import (
     ThreadKeys,
     blob_field,
-    journal_bytes_key,
-    journal_key,
     write_field,
 )
 from langgraph_durable._core.ledger.sql import statements as ledger_statements
@@ -75,7 +73,7 @@ def put(
         ctx.codec, config, checkpoint, metadata, new_versions, ctx.config.max_checkpoint_bytes
     )
     cas = _extends_head(config, stored.parent_id)
-    keys = ThreadKeys(ctx.config.key_prefix, stored.where.thread_id)
+    keys = ctx.layout.thread(stored.where.thread_id)
     rows = yield from _write(
         ctx,
         keys,
@@ -126,13 +124,14 @@ def _write(
     ``hot(token, ttl, committed row, journal)`` builds the script call.
     """
     if ctx.config.write_mode == "behind":
-        prefix = ctx.config.key_prefix
-        journal_entry = (
-            journal_key(prefix),
-            journal_bytes_key(prefix),
+        layout = ctx.layout
+        shard = layout.shard(where.thread_id)
+        journal_entry = (  # the bounds are split evenly over the shards
+            layout.journal(shard),
+            layout.journal_bytes(shard),
             entry(),
-            ctx.config.max_unflushed,
-            ctx.config.max_unflushed_bytes,
+            -(-ctx.config.max_unflushed // layout.shards),
+            -(-ctx.config.max_unflushed_bytes // layout.shards),
         )
         reply = yield from try_hot(ctx, hot("", -1, None, journal_entry))
         if reply is None:
@@ -282,7 +281,7 @@ def put_writes(
     stored = encode_writes(ctx.codec, where, writes, task_id, task_path)
     if not stored:
         return None
-    keys = ThreadKeys(ctx.config.key_prefix, where.thread_id)
+    keys = ctx.layout.thread(where.thread_id)
     yield from _write(
         ctx,
         keys,
@@ -355,16 +354,17 @@ def _writes_hot(
 # --------------------------------------------------------------------------- lifecycle
 
 
-def drain_journal(ctx: Context) -> Op[None]:
-    """Move every journal entry to Postgres before changing whole threads, so a late
-    flush cannot bring deleted rows back — whatever this saver's own write mode, since
-    another process may write the prefix behind. Write-through callers go on when Redis
-    is bypassed (they wrote nothing there); write-behind callers cannot."""
+def drain_journal(ctx: Context, thread_ids: Sequence[str] | None = None) -> Op[None]:
+    """Move every journal entry (of the shards of ``thread_ids``, when given) to Postgres
+    before changing whole threads, so a late flush cannot bring deleted rows back —
+    whatever this saver's own write mode, since another process may write the prefix
+    behind. Write-through callers go on when Redis is bypassed (they wrote nothing there);
+    write-behind callers cannot."""
     behind = ctx.config.write_mode == "behind"
     if not behind and not ctx.breaker.allows():
         return None
     try:
-        yield from journal.flush(ctx, timeout=None)
+        yield from journal.flush(ctx, timeout=None, thread_ids=thread_ids)
     except TierUnavailableError as exc:
         if behind or exc.tier != "hot":
             raise
@@ -384,7 +384,7 @@ def mutate_threads(
     with a tombstone version taken first in the same transaction. Unless the threads are
     deleted, each remaining namespace then gets a new version and its head back.
     ``tokens``: the threads' intents, when the caller announced them (a sweep's claims)."""
-    keyed = [ThreadKeys(ctx.config.key_prefix, t) for t in thread_ids]
+    keyed = [ctx.layout.thread(t) for t in thread_ids]
     if tokens is None:
         announced: list[str | None] = []
         for keys in keyed:
@@ -425,7 +425,7 @@ def delete_threads(
         else [Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
     )
     if ids:
-        yield from drain_journal(ctx)
+        yield from drain_journal(ctx, ids)
         yield from mutate_threads(
             ctx,
             ids,
@@ -465,7 +465,7 @@ def copy_thread(ctx: Context, source: str, target: str, up_to: str | None = None
     dst = locate({"configurable": {"thread_id": target}}).thread_id
     if src == dst:
         raise ConfigurationError("copy_thread: source and target are the same thread")
-    yield from drain_journal(ctx)
+    yield from drain_journal(ctx, [src, dst])
     copy = yield from copy_statement(ctx, src, dst, up_to)
     trim = [] if up_to is None else [
         Statement(ctx.statements.delete_orphan_blobs_sql, {"thread_ids": [dst]})]
@@ -496,7 +496,7 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     if strategy == "delete":
         yield from delete_threads(ctx, ids)
         return None
-    yield from drain_journal(ctx)
+    yield from drain_journal(ctx, ids)
     rows = yield from prune_scan(ctx, ids)
     yield from mutate_threads(ctx, ids, prune_statements(ctx, ids, rows))
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Generator
 from typing import Any, TypeVar
@@ -15,19 +16,24 @@ from redis.exceptions import NoScriptError
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers import clients
+from langgraph_durable._tiers.cluster import async_cluster_client as cluster_client
+from langgraph_durable._tiers.cluster import check_layout, is_cluster
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
     REPLICATED_SCRIPTS,
     AsyncEffects,
+    Learn,
     Scripts,
     check_replicas,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
+    layout_learned,
     not_set_up,
     replica_wait,
+    told,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -38,8 +44,12 @@ class Tiers:
     """Both tiers' clients for one event loop."""
 
     def __init__(self, config: SaverConfig, latencies: Latencies,
-                 provided: clients.Provided | None = None) -> None:
+                 provided: clients.Provided | None = None, learn: Learn | None = None) -> None:
         self.latencies = latencies
+        self.config = config
+        self.learn = learn or told(config)
+        self.cluster: Any = None  # the cluster client, once Redis turned out to be one
+        self.detected = False
         self.clients = clients.for_loop(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
@@ -49,6 +59,24 @@ class Tiers:
     async def open(self) -> None:
         if self.clients.owns_postgres:
             await self.pool.open(wait=False)
+        with contextlib.suppress(*HOT_ERRORS):  # Redis down: learned on first use
+            await self.detect()
+
+    async def detect(self) -> bool:
+        """Learn whether Redis is a cluster (unless configured) and check the prefix's
+        recorded key layout; a cluster gets its cluster client. Returns whether the layout
+        changed from the one assumed so far."""
+        cluster = self.config.redis_cluster
+        if cluster is None:
+            cluster = is_cluster(await self.redis.info("cluster"))
+        if cluster and self.cluster is None:
+            self.cluster = cluster_client(self.config)
+        layout, changed = self.learn(cluster)
+        client = self.cluster or self.redis
+        await client.set(layout.layout_key(), layout.describe(), nx=True)
+        check_layout(layout, await client.get(layout.layout_key()))
+        self.detected = True
+        return changed
 
     async def run(self, op: Generator[Any, Any, T], effects: AsyncEffects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
@@ -83,7 +111,17 @@ class Tiers:
         """Run a script on a pooled connection, straight through the connection (redis-py's
         command path costs more than the round trip at small replies); a connection that
         fails is dropped and the call retried with the client's backoff. A batch goes in one
-        round trip (pipelined, each script with its source)."""
+        round trip (pipelined, each script with its source). On a cluster, see
+        `_cluster_hot`."""
+        if not self.detected:
+            try:
+                changed = await self.detect()
+            except HOT_ERRORS as exc:
+                raise (hot_unavailable(exc) or exc) from exc
+            if changed:
+                raise layout_learned()
+        if self.cluster is not None:
+            return await self._cluster_hot(request)
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
             conn = await pool.get_connection()
@@ -112,6 +150,26 @@ class Tiers:
             await conn.send_packed_command(conn.pack_command(*self.wait))
             check_replicas(await conn.read_response(), self.wait)
         return reply
+
+    async def _cluster_hot(self, request: Hot | HotBatch) -> Any:
+        """Run a script on the primary that owns its keys' slot (the cluster client routes
+        ``EVAL``/``EVALSHA`` by their keys, follows MOVED/ASK and refreshes the topology
+        after a failover). A node that lost its script cache gets the source. A batch runs
+        its scripts one by one: redis-py's cluster pipeline asks a node for each ``EVAL``'s
+        keys (``COMMAND GETKEYS``), a round trip more per script, and fails while that node
+        is down."""
+        if isinstance(request, HotBatch):
+            return [await self._cluster_hot(each) for each in request.requests]
+        try:
+            try:
+                reply = await self.cluster.execute_command(*self.scripts.command(request))
+            except NoScriptError:
+                command = self.scripts.command(request, source=True)
+                reply = await self.cluster.execute_command(*command)
+            self.scripts.sent(request)
+            return reply
+        except HOT_ERRORS as exc:
+            raise (hot_unavailable(exc) or exc) from exc
 
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:
@@ -145,6 +203,8 @@ class Tiers:
         if self.clients.owns_redis:
             await self.redis.aclose()
             await self.redis.connection_pool.disconnect()
+        if self.cluster is not None:
+            await self.cluster.aclose()
 
 
 def conn_was_broken(exc: psycopg.OperationalError) -> bool:

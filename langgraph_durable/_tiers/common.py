@@ -18,6 +18,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from langgraph_durable._core import lua
+from langgraph_durable._core.context import layout_of
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Hot
 from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import (
@@ -31,6 +33,14 @@ from langgraph_durable.errors import (
 # (awaited by the asyncio driver) is sent back into the operation, its error thrown in.
 Effects = Callable[[Any], Any]
 AsyncEffects = Callable[[Any], Awaitable[Any]]
+# Told whether Redis is a cluster; returns the key layout in force and whether it changed.
+Learn = Callable[[bool], tuple[Layout, bool]]
+
+
+def told(config: SaverConfig) -> Learn:
+    """A `Learn` for drivers used without an engine (tests): the layout ``config`` and
+    the server imply; nothing to change."""
+    return lambda cluster: (layout_of(config, cluster=cluster), False)
 
 SCRIPTS = {
     "get": lua.GET_SCRIPT,
@@ -113,6 +123,9 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ResponseError,
+    # a cluster client that ran out of retries, or found no node for a slot (failover)
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
 )
 # Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint
 # violations, 54 program limits such as the btree row size): no retry can succeed.
@@ -134,7 +147,7 @@ def redis_options(config: SaverConfig) -> dict[str, Any]:
         "retry": Retry(ExponentialBackoff(cap=0.25, base=0.01), retries=2),
         "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
         "health_check_interval": 30,
-        **_DRIVER,
+        **DRIVER,
     }
 
 
@@ -149,7 +162,7 @@ def _driver() -> dict[str, Any]:
     return {"driver_info": DriverInfo(lib_version=redis.__version__)}
 
 
-_DRIVER = _driver()
+DRIVER = _driver()
 
 
 def postgres_options(config: SaverConfig) -> dict[str, Any]:
@@ -167,6 +180,16 @@ def postgres_options(config: SaverConfig) -> dict[str, Any]:
             "row_factory": dict_row,
         },
     }
+
+
+def layout_learned() -> TierUnavailableError:
+    """The error of a hot request built before the saver learned that Redis is a cluster
+    (its keys follow the single-node layout): it is not sent; the next one is right."""
+    return TierUnavailableError(
+        "Redis (hot tier) turned out to be a cluster when first reached; its key layout "
+        "applies from the next request (set redis_cluster=True to know it at start)",
+        tier="hot",
+    )
 
 
 def hot_unavailable(exc: Exception) -> TierUnavailableError | None:

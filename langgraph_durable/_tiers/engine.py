@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import inspection, migrate, ops
-from langgraph_durable._core.context import Breaker, Context, MarkClock
+from langgraph_durable._core.context import Breaker, Context, MarkClock, layout_of
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
@@ -58,6 +59,7 @@ class Engine:
         )
         self.leases = Leases(self.run, self.context)
         self._lock = threading.Lock()
+        self._layout_lock = threading.Lock()
         self._sync: sync.Tiers | None = None
         # each loop's clients, with the suspended generator that closes them (`_closer`)
         self._aio: weakref.WeakKeyDictionary[
@@ -73,8 +75,13 @@ class Engine:
         if self._sync is None:
             with self._lock:
                 if self._sync is None:
-                    tiers = sync.Tiers(self.config, self.context.latencies, self.provided)
-                    tiers.open()
+                    tiers = sync.Tiers(self.config, self.context.latencies, self.provided,
+                                       self._learn)
+                    try:
+                        tiers.open()
+                    except BaseException:  # e.g. a prefix laid out with other shards
+                        tiers.close()
+                        raise
                     self._sync = tiers
         return self._sync
 
@@ -85,8 +92,13 @@ class Engine:
         entry = self._aio.get(loop)
         if entry is None:
             self._bind_provided(loop)
-            fresh = aio.Tiers(self.config, self.context.latencies, self.provided)
-            await fresh.open()
+            fresh = aio.Tiers(self.config, self.context.latencies, self.provided,
+                               self._learn)
+            try:
+                await fresh.open()
+            except BaseException:  # e.g. a prefix laid out with other shards
+                await fresh.close()
+                raise
             closer = self._closer(fresh)
             entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
             await closer.__anext__()  # now the loop knows it; the loser's closes at once
@@ -110,6 +122,15 @@ class Engine:
                 "(a redis.asyncio client or an async pool works on one loop only); this is "
                 "another loop: pass redis_url / postgres_url instead and the saver makes "
                 "clients for each loop")
+
+    def _learn(self, cluster: bool) -> tuple[Layout, bool]:
+        """The drivers learned whether Redis is a cluster: the key layout follows (it is
+        the same for every process of the prefix, see `keys.Layout`)."""
+        with self._layout_lock:  # (`tiers` holds `_lock` while it opens the clients)
+            changed = cluster != self.context.layout.cluster
+            if changed:
+                self.context.layout = layout_of(self.config, cluster=cluster)
+            return self.context.layout, changed
 
     async def _closer(self, tiers: aio.Tiers) -> AsyncGenerator[None, None]:
         """Close ``tiers`` when this generator is closed: by `aclose`, or by the event loop's
@@ -175,6 +196,7 @@ class Engine:
         """
         _INHERITED.append((self._sync, list(self._aio.values())))
         self._lock = threading.Lock()
+        self._layout_lock = threading.Lock()
         self._sync = None
         self._aio = weakref.WeakKeyDictionary()
         self.provided = self.provided.forked()

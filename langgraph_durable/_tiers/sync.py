@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Generator
 from typing import Any, TypeVar
@@ -14,19 +15,23 @@ from redis.exceptions import NoScriptError
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers import clients
+from langgraph_durable._tiers.cluster import check_layout, cluster_client, is_cluster
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
     REJECTED_ERRORS,
     REPLICATED_SCRIPTS,
     Effects,
+    Learn,
     Scripts,
     check_replicas,
     cold_rejected,
     cold_unavailable,
     hot_unavailable,
+    layout_learned,
     not_set_up,
     replica_wait,
+    told,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -37,8 +42,12 @@ class Tiers:
     """Both tiers' clients for blocking callers (safe to share between threads)."""
 
     def __init__(self, config: SaverConfig, latencies: Latencies,
-                 provided: clients.Provided | None = None) -> None:
+                 provided: clients.Provided | None = None, learn: Learn | None = None) -> None:
         self.latencies = latencies
+        self.config = config
+        self.learn = learn or told(config)
+        self.cluster: Any = None  # the cluster client, once Redis turned out to be one
+        self.detected = False
         self.clients = clients.blocking(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
@@ -48,6 +57,24 @@ class Tiers:
     def open(self) -> None:
         if self.clients.owns_postgres:
             self.pool.open(wait=False)
+        with contextlib.suppress(*HOT_ERRORS):  # Redis down: learned on first use
+            self.detect()
+
+    def detect(self) -> bool:
+        """Learn whether Redis is a cluster (unless configured) and check the prefix's
+        recorded key layout; a cluster gets its cluster client. Returns whether the layout
+        changed from the one assumed so far."""
+        cluster = self.config.redis_cluster
+        if cluster is None:
+            cluster = is_cluster(self.redis.info("cluster"))
+        if cluster and self.cluster is None:
+            self.cluster = cluster_client(self.config)
+        layout, changed = self.learn(cluster)
+        client = self.cluster or self.redis
+        client.set(layout.layout_key(), layout.describe(), nx=True)
+        check_layout(layout, client.get(layout.layout_key()))
+        self.detected = True
+        return changed
 
     def run(self, op: Generator[Any, Any, T], effects: Effects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
@@ -82,7 +109,17 @@ class Tiers:
         """Run a script on a pooled connection, straight through the connection (redis-py's
         command path costs more than the round trip at small replies); a connection that
         fails is dropped and the call retried with the client's backoff. A batch goes in one
-        round trip (pipelined, each script with its source)."""
+        round trip (pipelined, each script with its source). On a cluster, see
+        `_cluster_hot`."""
+        if not self.detected:
+            try:
+                changed = self.detect()
+            except HOT_ERRORS as exc:
+                raise (hot_unavailable(exc) or exc) from exc
+            if changed:
+                raise layout_learned()
+        if self.cluster is not None:
+            return self._cluster_hot(request)
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
             conn = pool.get_connection()
@@ -111,6 +148,26 @@ class Tiers:
             conn.send_packed_command(conn.pack_command(*self.wait))
             check_replicas(conn.read_response(), self.wait)
         return reply
+
+    def _cluster_hot(self, request: Hot | HotBatch) -> Any:
+        """Run a script on the primary that owns its keys' slot (the cluster client routes
+        ``EVAL``/``EVALSHA`` by their keys, follows MOVED/ASK and refreshes the topology
+        after a failover). A node that lost its script cache gets the source. A batch runs
+        its scripts one by one: redis-py's cluster pipeline asks a node for each ``EVAL``'s
+        keys (``COMMAND GETKEYS``), a round trip more per script, and fails while that node
+        is down."""
+        if isinstance(request, HotBatch):
+            return [self._cluster_hot(each) for each in request.requests]
+        try:
+            try:
+                reply = self.cluster.execute_command(*self.scripts.command(request))
+            except NoScriptError:
+                command = self.scripts.command(request, source=True)
+                reply = self.cluster.execute_command(*command)
+            self.scripts.sent(request)
+            return reply
+        except HOT_ERRORS as exc:
+            raise (hot_unavailable(exc) or exc) from exc
 
     def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:
@@ -144,6 +201,8 @@ class Tiers:
         if self.clients.owns_redis:
             self.redis.close()
             self.redis.connection_pool.disconnect()
+        if self.cluster is not None:
+            self.cluster.close()
 
 
 def conn_was_broken(exc: psycopg.OperationalError) -> bool:

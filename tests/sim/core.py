@@ -12,8 +12,15 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import journal, ops
-from langgraph_durable._core.context import Breaker, Context, Latencies, MarkClock, TupleCache
-from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.context import (
+    Breaker,
+    Context,
+    Latencies,
+    MarkClock,
+    TupleCache,
+    layout_of,
+)
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, Op, Pause, Request
 from langgraph_durable._core.sql import Statements
 from langgraph_durable._tiers.sync import Tiers
@@ -26,16 +33,17 @@ __all__ = [
     "Context",
     "Hot",
     "Latencies",
+    "Layout",
     "Op",
     "Pause",
     "Request",
     "SaverConfig",
     "ThreadConflictError",
-    "ThreadKeys",
     "TierUnavailableError",
     "Tiers",
     "execute",
     "journal",
+    "layout_of",
     "new_context",
     "ops",
     "poll_marks",

@@ -23,16 +23,17 @@ from tests.sim.core import (
     Cold,
     Context,
     Hot,
+    Layout,
     Op,
     Pause,
     Request,
     SaverConfig,
     ThreadConflictError,
-    ThreadKeys,
     Tiers,
     TierUnavailableError,
     execute,
     journal,
+    layout_of,
     new_context,
     ops,
     poll_marks,
@@ -90,9 +91,15 @@ class Env:
 
     configs: dict[str, SaverConfig]
     tiers: Tiers
-    redis: redis.Redis
+    redis: redis.Redis  # or a redis.RedisCluster: the same calls, routed by key
     pg: psycopg.Connection[Any]
     serde: JsonPlusSerializer = field(default_factory=JsonPlusSerializer)
+
+    @property
+    def layout(self) -> Layout:
+        """Where the prefix's keys live (a cluster's, or a sharded one's, or one journal)."""
+        config = self.configs["through"]
+        return layout_of(config, cluster=config.redis_cluster is True)
 
     @property
     def prefix(self) -> str:
@@ -207,7 +214,7 @@ class Sim:
         """Intents pass their deadline (a warm clears them); a fresh process reads every
         thread and namespace once."""
         for thread in self.threads:
-            intents = ThreadKeys(self.env.prefix, thread).intents
+            intents = self.env.layout.thread(thread).intents
             tokens: Any = self.env.redis.zrange(intents, 0, -1)
             if tokens:
                 self.env.redis.zadd(intents, dict.fromkeys(tokens, 0))
@@ -357,7 +364,7 @@ class Sim:
                 self.lost.add(r.id)
 
     def _thread_keys(self, thread: str) -> list[bytes]:
-        base = ThreadKeys(self.env.prefix, thread).base
+        base = self.env.layout.thread(thread).base
         return sorted(self.env.redis.scan_iter(match=f"{base}:*", count=1000))
 
     def _fault_evict(self) -> str:
@@ -381,16 +388,17 @@ class Sim:
         """Remember a thread's keys (DUMP), as an older AOF would hold them."""
         thread = self.rng.choice(self.threads)
         snap: dict[bytes, tuple[bytes, int]] = {}
-        for key in [*self._thread_keys(thread), self._marks_key]:
+        for key in [*self._thread_keys(thread), self._marks_key(thread)]:
             dump, ttl = self.env.redis.dump(key), self.env.redis.pttl(key)
             if dump is not None:
                 snap[key] = (dump, max(ttl, 0))
         self.snapshots[thread] = snap
         return f"{short(thread)} ({len(snap)} keys)"
 
-    @property
-    def _marks_key(self) -> bytes:
-        return f"{self.env.prefix}:marks".encode()
+    def _marks_key(self, thread: str) -> bytes:
+        """The applied-marks record that describes ``thread``'s keys (its shard's)."""
+        layout = self.env.layout
+        return layout.marks(layout.shard(thread)).encode()
 
     def _fault_restore(self) -> str:
         """Redis restarts from an older state of one thread (an AOF older than Postgres),
@@ -399,7 +407,7 @@ class Sim:
             return "(no snapshot)"
         thread = self.rng.choice(sorted(self.snapshots))
         snap = self.snapshots[thread]
-        keys = [*self._thread_keys(thread), self._marks_key]
+        keys = [*self._thread_keys(thread), self._marks_key(thread)]
         self.env.redis.delete(*keys)
         for key, (dump, ttl) in snap.items():
             self.env.redis.restore(key, ttl, dump, replace=True)
