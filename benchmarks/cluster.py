@@ -1,6 +1,7 @@
 """One Redis node against a three-primary Redis Cluster (``tests/cluster.py``, six local
-processes): throughput of concurrent chat graphs in each write mode, and the hot keys and
-bytes a thread costs on each.
+processes): throughput of concurrent chat graphs in each write mode, what each step costs
+the servers (Redis CPU, summed over the primaries; Postgres transactions), and the hot keys
+and bytes a thread costs on each: the inputs of the capacity model in the README.
 
     python -m benchmarks.cluster [--seconds 8] [--concurrency 16]
 
@@ -47,6 +48,21 @@ async def _throughput(saver: DurableSaver, seconds: float, concurrency: int) -> 
     return steps / (time.monotonic() - started)
 
 
+def _redis_cpu(client: Any) -> float:
+    """Seconds of CPU the Redis server (every primary of a cluster) has used."""
+    info = client.info("cpu")
+    nodes = info.values() if all(isinstance(v, dict) for v in info.values()) else [info]
+    return sum(float(n["used_cpu_sys"]) + float(n["used_cpu_user"]) for n in nodes)
+
+
+def _postgres_commits(database: str = "test") -> int:
+    """Transactions committed in ``database`` so far (every client's)."""
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                           (database,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _thread_footprint(saver: DurableSaver, client: Any) -> tuple[int, int]:
     """Keys and bytes (``MEMORY USAGE``) of one thread after one chat turn, flushed."""
     thread = f"size-{uuid.uuid4().hex[:6]}"
@@ -76,11 +92,16 @@ def main() -> None:
                 with DurableSaver(url, POSTGRES_URL, key_prefix=prefix, schema=schema,
                                   write_mode=mode) as saver:  # type: ignore[arg-type]
                     saver.setup()
+                    cpu, commits = _redis_cpu(client), _postgres_commits()
+                    started = time.monotonic()
                     rate = asyncio.run(_throughput(saver, args.seconds, args.concurrency))
                     saver.flush()
+                    steps = rate * (time.monotonic() - started)
+                    cpu_us = (_redis_cpu(client) - cpu) / steps * 1e6
+                    per_step = (_postgres_commits() - commits) / steps
                     keys, size = _thread_footprint(saver, client)
                     layout = saver.engine.context.layout
-                    rows.append((where, mode, rate, layout.shards, keys, size))
+                    rows.append((where, mode, rate, cpu_us, per_step, layout.shards, keys, size))
                 for key in client.scan_iter(match=f"{prefix}*", count=1000):
                     client.delete(key)
             client.close()
@@ -88,11 +109,13 @@ def main() -> None:
         cluster.stop()
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    print(f"| Redis | mode | steps/s at {args.concurrency} concurrent ainvoke | journal shards "
+    print(f"| Redis | mode | steps/s at {args.concurrency} concurrent ainvoke "
+          "| Redis CPU µs per step | Postgres commits per step | journal shards "
           "| hot keys per thread | hot bytes per thread |")
-    print("|---|---|---|---|---|---|")
-    for where, mode, rate, shards, keys, size in rows:
-        print(f"| {where} | {mode} | {rate:.0f} | {shards} | {keys} | {size} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for where, mode, rate, cpu_us, per_step, shards, keys, size in rows:
+        print(f"| {where} | {mode} | {rate:.0f} | {cpu_us:.0f} | {per_step:.2f} | {shards} "
+              f"| {keys} | {size} |")
 
 
 if __name__ == "__main__":

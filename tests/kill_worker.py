@@ -1,6 +1,6 @@
 """A worker process for crash tests: runs a graph and reports every acknowledged checkpoint.
 
-    python -m tests.kill_worker THREAD_ID SCHEMA PREFIX WRITE_MODE STEPS
+    python -m tests.kill_worker THREAD_ID SCHEMA PREFIX WRITE_MODE STEPS [REDIS_URL]
 
 Prints ``ack <checkpoint_id>`` (flushed) after each ``put`` returned, so the test knows
 what the saver acknowledged before it sends SIGKILL.
@@ -50,7 +50,8 @@ def build(saver: DurableSaver, steps: int) -> Any:
 
 def main() -> None:
     thread_id, schema, prefix, write_mode, steps = sys.argv[1:6]
-    saver = ReportingSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
+    redis_url = sys.argv[6] if len(sys.argv) > 6 else REDIS_URL
+    saver = ReportingSaver(redis_url, POSTGRES_URL, schema=schema, key_prefix=prefix,
                            write_mode=write_mode)  # type: ignore[arg-type]
     saver.setup()
     graph = build(saver, int(steps))

@@ -36,28 +36,27 @@ def _cold_ids(schema: str, thread: str) -> set[str]:
 STEPS = 120
 
 
-def _start(thread: str, schema: str, prefix: str) -> subprocess.Popen[str]:
+def _start(thread: str, schema: str, prefix: str, mode: str,
+           redis_url: str | None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.kill_worker", thread, schema, prefix, "behind",
-         str(STEPS)],
+        [sys.executable, "-m", "tests.kill_worker", thread, schema, prefix, mode, str(STEPS),
+         *([redis_url] if redis_url else [])],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("write_mode", ["behind"])
-def test_thirty_kills_lose_no_acknowledged_checkpoint(
-    namespace: tuple[str, str], write_mode: str, make_saver: Any
-) -> None:
-    """30 worker processes SIGKILLed at random points; a flusher then moves everything they
-    had acknowledged to Postgres, and each thread runs to its end from where it stopped."""
-    schema, prefix = namespace
-    rng = random.Random(1234)
+def kill_workers(kills: int, schema: str, prefix: str, mode: str, saver: DurableSaver,
+                 redis_url: str | None = None, seed: int = 1234) -> None:
+    """``kills`` worker processes SIGKILLed at random acknowledged checkpoints; then every
+    checkpoint they had acknowledged is in Postgres (after ``saver`` drained the journal),
+    and threads resume to their end from where they stopped."""
+    rng = random.Random(seed)
     runs: list[tuple[str, list[str]]] = []
-    for wave in range(0, KILLS, 3):  # three at a time keeps both cores busy
+    for wave in range(0, kills, 3):  # three at a time keeps both cores busy
         procs = []
-        for _ in range(min(3, KILLS - wave)):
+        for _ in range(min(3, kills - wave)):
             thread = f"kill-{uuid.uuid4()}"
             runs.append((thread, []))
-            procs.append((runs[-1], _start(thread, schema, prefix)))
+            procs.append((runs[-1], _start(thread, schema, prefix, mode, redis_url)))
         for (thread, acked), proc in procs:
             assert proc.stdout is not None
             kill_at = rng.randint(1, 45)
@@ -70,15 +69,24 @@ def test_thirty_kills_lose_no_acknowledged_checkpoint(
             proc.wait(timeout=60)
             assert proc.returncode == -signal.SIGKILL, f"{thread} ended before its kill"
 
-    saver = make_saver()
     saver.flush(timeout=60)
-    assert len(runs) == KILLS
+    assert len(runs) == kills
     for thread, acked in runs:
         assert acked and set(acked) <= _cold_ids(schema, thread), thread
     for thread, _ in runs[:5]:
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 1000}
         out = build(saver, STEPS).invoke(None, config, durability="sync")
         assert out["count"] == STEPS and out["trail"] == list(range(1, STEPS + 1))
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_thirty_kills_lose_no_acknowledged_checkpoint(
+    namespace: tuple[str, str], write_mode: str, make_saver: Any
+) -> None:
+    """30 worker processes SIGKILLed at random points; a flusher then moves everything they
+    had acknowledged to Postgres, and each thread runs to its end from where it stopped."""
+    schema, prefix = namespace
+    kill_workers(KILLS, schema, prefix, write_mode, make_saver())
 
 
 def _put(saver: DurableSaver, thread: str, i: int) -> str:

@@ -27,6 +27,7 @@ from tests.cluster import TestCluster
 from tests.conftest import POSTGRES_URL, REDIS_URL, aput_value, cold_checkpoints, put_value
 from tests.graphs import CHARGE_CALL, charge_card_graph, chat_graph
 from tests.test_conformance import SyncMethods
+from tests.test_crash_write_behind import kill_workers
 
 
 @pytest.fixture
@@ -345,3 +346,16 @@ def test_dead_letters_are_kept_and_resolved_per_shard(
     assert saver.engine.run(journal.resolve_dead_letter(ctx, letter.id, "drop")) == "dropped"
     assert saver.engine.run(journal.dead_letters(ctx)) == []
     assert saver.engine.run(journal.journal_state(ctx)).length == 0
+
+
+@pytest.mark.parametrize("write_mode", ["through", "behind"])
+def test_killed_agents_on_a_cluster_lose_nothing_acknowledged(
+    cluster_saver: Callable[..., DurableSaver], redis_cluster: TestCluster,
+    namespace: tuple[str, str], write_mode: str,
+) -> None:
+    """Agent processes writing through the cluster, SIGKILLed at random acknowledged
+    checkpoints: everything they acknowledged is in Postgres and their threads resume to
+    their end (the crash test of a single node, on the cluster)."""
+    saver = cluster_saver()
+    kill_workers(6, namespace[0], saver.config.key_prefix, write_mode, saver,
+                 redis_url=redis_cluster.url, seed=77)
