@@ -359,3 +359,20 @@ def test_killed_agents_on_a_cluster_lose_nothing_acknowledged(
     saver = cluster_saver()
     kill_workers(6, namespace[0], saver.config.key_prefix, write_mode, saver,
                  redis_url=redis_cluster.url, seed=77)
+
+
+@pytest.mark.parametrize("write_mode", ["through", "behind"])
+async def test_more_concurrent_calls_than_connections_wait_for_one(
+    cluster_saver: Callable[..., DurableSaver], write_mode: str,
+) -> None:
+    """Forty concurrent writers through a saver allowed two Redis connections: the cluster
+    client's node pools refuse a third connection, so callers wait for a free one (as on a
+    single node) instead of the hot tier being reported down and the breaker opening."""
+    saver = cluster_saver(redis_max_connections=2)
+    threads = [f"crowd-{n}-{uuid.uuid4().hex[:6]}" for n in range(40)]
+    for turn in range(3):
+        await asyncio.gather(*(aput_value(saver, t, f"{t}:{turn}") for t in threads))
+    assert saver.health()["hot"]["trips"] == 0
+    for t in threads:
+        tup = await saver.aget_tuple(_config(t))
+        assert tup is not None and tup.checkpoint["channel_values"]["value"] == f"{t}:2"

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from langgraph_durable._core.context import Latencies
@@ -35,7 +36,7 @@ from langgraph_durable._tiers.common import (
     replica_wait,
     told,
 )
-from langgraph_durable.config import SaverConfig
+from langgraph_durable.config import SaverConfig, seconds
 
 T = TypeVar("T")
 
@@ -50,6 +51,8 @@ class Tiers:
         self.learn = learn or told(config)
         self.cluster: Any = None  # the cluster client, once Redis turned out to be one
         self.detected = False
+        self._slots = asyncio.Semaphore(config.redis_max_connections)
+        self._slot_wait = seconds(config.pool_timeout)
         self.clients = clients.for_loop(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
@@ -157,19 +160,38 @@ class Tiers:
         after a failover). A node that lost its script cache gets the source. A batch runs
         its scripts one by one: redis-py's cluster pipeline asks a node for each ``EVAL``'s
         keys (``COMMAND GETKEYS``), a round trip more per script, and fails while that node
-        is down."""
+        is down. At most ``redis_max_connections`` calls are in flight: the cluster client's
+        per-node pools refuse a connection past their bound rather than wait for one, so
+        callers wait here (up to ``pool_timeout``), as they do for a single node's pool."""
         if isinstance(request, HotBatch):
             return [await self._cluster_hot(each) for each in request.requests]
         try:
+            await self._cluster_slot()
             try:
-                reply = await self.cluster.execute_command(*self.scripts.command(request))
-            except NoScriptError:
-                command = self.scripts.command(request, source=True)
-                reply = await self.cluster.execute_command(*command)
+                try:
+                    reply = await self.cluster.execute_command(*self.scripts.command(request))
+                except NoScriptError:
+                    command = self.scripts.command(request, source=True)
+                    reply = await self.cluster.execute_command(*command)
+            finally:
+                self._slots.release()
             self.scripts.sent(request)
             return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
+
+    async def _cluster_slot(self) -> None:
+        """Wait for one of the ``redis_max_connections`` cluster calls allowed at once.
+
+        Raises:
+            redis.exceptions.ConnectionError: none was free within ``pool_timeout``.
+        """
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._slot_wait)
+        except TimeoutError:
+            raise RedisConnectionError(
+                f"no Redis Cluster connection was free within {self._slot_wait} s "
+                "(redis_max_connections calls in flight; raise it or pool_timeout)") from None
 
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:
