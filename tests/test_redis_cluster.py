@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +21,19 @@ from typer.testing import CliRunner, Result
 
 from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableError
 from langgraph_durable._core import journal
+from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.keys import key_slot
+from langgraph_durable._core.requests import Hot
+from langgraph_durable._tiers import sync
+from langgraph_durable._tiers.common import told
 from langgraph_durable.cli import app
+from langgraph_durable.config import SaverConfig
 from tests.cluster import TestCluster
 from tests.conftest import POSTGRES_URL, REDIS_URL, aput_value, cold_checkpoints, put_value
 from tests.graphs import CHARGE_CALL, charge_card_graph, chat_graph
 from tests.test_conformance import SyncMethods
 from tests.test_crash_write_behind import kill_workers
+from tests.test_tls_and_rotating_credentials import RotatingCredentials
 
 
 @pytest.fixture
@@ -376,3 +382,104 @@ async def test_more_concurrent_calls_than_connections_wait_for_one(
     for t in threads:
         tup = await saver.aget_tuple(_config(t))
         assert tup is not None and tup.checkpoint["channel_values"]["value"] == f"{t}:2"
+
+
+def test_the_credential_provider_opens_every_cluster_connection(
+        redis_cluster: TestCluster, namespace: tuple[str, str]) -> None:
+    """``redis_credential_provider`` authenticates the cluster client's connections to
+    every node it routes to, blocking and async, as it does a single node's."""
+    schema, prefix = namespace
+    user = f"lgd-{uuid.uuid4().hex[:6]}"
+    nodes = [redis_cluster.client(port) for port in redis_cluster.ports]
+    for node in nodes:
+        node.execute_command("ACL", "SETUSER", user, "on", ">token-1", "~*", "&*", "+@all")
+    provider = RotatingCredentials(user, "token-1")
+    try:
+        with DurableSaver(redis_cluster.url, POSTGRES_URL, key_prefix=f"{prefix}-acl",
+                          schema=schema, redis_credential_provider=provider) as saver:
+            saver.setup()
+            threads = [f"acl-{i}" for i in range(12)]
+            for thread in threads:
+                put_value(saver, thread, thread)
+            asyncio.run(aput_value(saver, "acl-async", 1))
+            assert saver.health()["hot"]["breaker"] == "closed"
+            layout = saver.engine.context.layout
+            owners = {redis_cluster.primary_of(layout.thread(t).registry) for t in threads}
+            assert len(owners) == 3  # the threads live on every primary
+            for port in owners:
+                users = {c.get("user") for c in redis_cluster.client(port).client_list()}
+                assert user in users, f"no connection of {user} on node {port}: {users}"
+            assert provider.calls >= 4  # each node's connection, blocking and async
+    finally:
+        for node in nodes:
+            node.execute_command("ACL", "DELUSER", user)
+            node.close()
+
+
+@pytest.mark.parametrize("setting", ["replica_acks", "client_passed_in", "not_a_cluster"])
+def test_settings_a_cluster_cannot_honour_are_refused_at_start(
+        redis_cluster: TestCluster, namespace: tuple[str, str], setting: str) -> None:
+    """What works on one node only is refused with the reason when the saver meets a
+    cluster, instead of being ignored (``WAIT`` on one node's replicas, a single-node
+    client that would be bypassed) or tripping the breaker on ``MOVED`` replies."""
+    schema, prefix = namespace
+    options: dict[str, Any] = {
+        "replica_acks": {"redis_replica_acks": 1},
+        "client_passed_in": {"redis_client": redis.Redis.from_url(redis_cluster.url)},
+        "not_a_cluster": {"redis_cluster": False},
+    }[setting]
+    expected = {"replica_acks": "redis_replica_acks is not supported on a Redis Cluster",
+                "client_passed_in": "a Redis client was passed in, but Redis is a cluster",
+                "not_a_cluster": "redis_cluster=False but .* is a node of a Redis Cluster",
+                }[setting]
+    saver = DurableSaver(redis_cluster.url, POSTGRES_URL, key_prefix=f"{prefix}-no",
+                         schema=schema, **options)
+    try:
+        with pytest.raises(ConfigurationError, match=expected):
+            saver.setup()
+    finally:
+        saver.close()
+
+
+def test_redis_cluster_true_on_a_single_node_is_refused(namespace: tuple[str, str]) -> None:
+    """``redis_cluster=True`` against a server that is no cluster node says so."""
+    schema, prefix = namespace
+    with DurableSaver(REDIS_URL, POSTGRES_URL, key_prefix=f"{prefix}-single", schema=schema,
+                      redis_cluster=True) as saver, pytest.raises(
+            ConfigurationError, match=r"redis_cluster=True but .* is not a node of a Redis"):
+        saver.setup()
+
+
+def test_a_request_built_before_redis_turned_out_to_be_a_cluster_is_not_sent(
+        redis_cluster: TestCluster, namespace: tuple[str, str]) -> None:
+    """Two drivers share what the saver learned (a process's blocking and async clients):
+    an operation that built its keys with the single-node layout, while the other driver
+    learns that Redis is a cluster, gets the hot tier's error instead of writing keys no
+    process of the cluster's layout reads."""
+    schema, prefix = namespace
+    config = SaverConfig(redis_url=redis_cluster.url, postgres_url=POSTGRES_URL,
+                         key_prefix=f"{prefix}-race", schema=schema)
+    learn = told(config)
+    first = sync.Tiers(config, Latencies(), learn=learn)
+    second = sync.Tiers(config, Latencies(), learn=learn)
+    keys = learn(None).thread("raced")
+    assert not learn(None).cluster
+
+    def intent() -> Generator[Any, Any, Exception | None]:
+        first.open()  # meanwhile, the other driver learns that Redis is a cluster
+        try:
+            yield Hot("intent", [keys.intents, keys.unflushed], ["token", 2**50])
+        except TierUnavailableError as exc:
+            return exc
+        return None
+
+    try:
+        error = second.run(intent(), lambda request: None)
+        assert isinstance(error, TierUnavailableError) and "cluster" in str(error)
+        assert learn(None).cluster
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        assert client.exists(keys.intents) == 0
+        client.close()
+    finally:
+        first.close()
+        second.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import DurableSaver, Retention
 from langgraph_durable.errors import TierUnavailableError
 from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
@@ -289,3 +289,24 @@ def test_write_behind_with_replica_acks_loses_nothing_acknowledged_in_a_failover
             assert _head(survivor, thread) == 2
         assert cold_checkpoints(schema, thread) == 4
         writer.engine.close()  # its Redis is gone: nothing of its own left to flush
+
+
+def test_a_sweep_claims_no_thread_that_no_replica_holds_the_claim_of(
+        tmp_path: Path, namespace: tuple[str, str]) -> None:
+    """A sweep claims each thread in Redis before it deletes any of it; with
+    ``redis_replica_acks`` that claim must reach the replicas like a write's intent, or a
+    failover would hand writers a primary without it. No replica acknowledges here: the
+    sweep deletes nothing and says Redis is unavailable."""
+    schema, prefix = namespace
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    with process(redis_args(tmp_path, port), pings(port=port)):
+        with DurableSaver(url, POSTGRES_URL, schema=schema, key_prefix=f"{prefix}-sweep") as writer:
+            writer.setup()
+            for value in range(3):
+                put_value(writer, "swept", value)
+        with DurableSaver(url, POSTGRES_URL, schema=schema, key_prefix=f"{prefix}-sweep",
+                          redis_replica_acks=1, redis_replica_timeout=0.1) as sweeper, (
+                pytest.raises(TierUnavailableError, match="Redis")):
+            sweeper.sweep(Retention(keep_last=1))
+        assert cold_checkpoints(schema, "swept") == 3

@@ -16,7 +16,8 @@ from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
 from redis.retry import Retry
 
-from langgraph_durable import DurableSaver
+from langgraph_durable import ConfigurationError, DurableSaver
+from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import DurableError
 from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, REDIS_URL, postgres_url, put_value
@@ -203,3 +204,23 @@ def test_sslmode_require_is_enforced_not_downgraded(namespace: tuple[str, str]) 
         else:
             with pytest.raises(DurableError, match="SSL"):
                 saver.setup()
+
+
+@pytest.mark.parametrize(("url", "refused"), [
+    ("redis+sentinel://127.0.0.1:26379/mymaster?sentinel_password=s", False),
+    ("redis://127.0.0.1:6379/0?ssl_password=s", False),
+    ("redis://:pw@127.0.0.1:6379/0", True),
+    ("redis://127.0.0.1:6379/0?password=pw", True),
+    ("redis+sentinel://app:pw@127.0.0.1:26379/mymaster", True),
+])
+def test_a_provider_is_refused_only_beside_another_redis_password(url: str,
+                                                                  refused: bool) -> None:
+    """A credential provider and a password for the same Redis user are two answers to
+    one question: refused. The sentinels' own password, or a TLS key's, is another
+    question: allowed."""
+    provider = RotatingCredentials("app", "token")
+    if refused:
+        with pytest.raises(ConfigurationError, match="give the credentials one way"):
+            SaverConfig(redis_url=url, redis_credential_provider=provider)
+    else:
+        assert SaverConfig(redis_url=url, redis_credential_provider=provider).redis_url == url

@@ -11,14 +11,16 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError as RedisResponseError
 
 from langgraph_durable._core.context import Latencies
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers import clients
+from langgraph_durable._tiers.cluster import AsyncSlots as Slots
 from langgraph_durable._tiers.cluster import async_cluster_client as cluster_client
-from langgraph_durable._tiers.cluster import check_layout, is_cluster
+from langgraph_durable._tiers.cluster import check_layout, cluster_mode
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -36,7 +38,7 @@ from langgraph_durable._tiers.common import (
     replica_wait,
     told,
 )
-from langgraph_durable.config import SaverConfig, seconds
+from langgraph_durable.config import SaverConfig
 
 T = TypeVar("T")
 
@@ -51,8 +53,7 @@ class Tiers:
         self.learn = learn or told(config)
         self.cluster: Any = None  # the cluster client, once Redis turned out to be one
         self.detected = False
-        self._slots = asyncio.Semaphore(config.redis_max_connections)
-        self._slot_wait = seconds(config.pool_timeout)
+        self._slots = Slots(config)
         self.clients = clients.for_loop(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
@@ -65,30 +66,31 @@ class Tiers:
         with contextlib.suppress(*HOT_ERRORS):  # Redis down: learned on first use
             await self.detect()
 
-    async def detect(self) -> bool:
-        """Learn whether Redis is a cluster (unless configured) and check the prefix's
-        recorded key layout; a cluster gets its cluster client. Returns whether the layout
-        changed from the one assumed so far."""
-        cluster = self.config.redis_cluster
-        if cluster is None:
-            cluster = is_cluster(await self.redis.info("cluster"))
+    async def detect(self) -> None:
+        """Learn whether Redis is a cluster (the setting, checked against the server) and
+        check the prefix's recorded key layout; a cluster gets its cluster client."""
+        try:
+            info = await self.redis.info("cluster")
+        except RedisResponseError:  # INFO refused (a managed service's rules): the setting
+            info = None
+        cluster = cluster_mode(self.config, info, passed_in=not self.clients.owns_redis)
         if cluster and self.cluster is None:
             self.cluster = cluster_client(self.config)
-        layout, changed = self.learn(cluster)
+        layout = self.learn(cluster)
         client = self.cluster or self.redis
         await client.set(layout.layout_key(), layout.describe(), nx=True)
         check_layout(layout, await client.get(layout.layout_key()))
         self.detected = True
-        return changed
 
     async def run(self, op: Generator[Any, Any, T], effects: AsyncEffects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
         other request (a tool effect) to ``effects``, send back the reply or throw in the error."""
+        built = self.learn(None)  # the key layout the operation's requests are built with
         try:
             request = next(op)
             while True:
                 try:
-                    result = await self.execute(request, effects)
+                    result = await self.execute(request, effects, built)
                 except Exception as exc:
                     request = op.throw(exc)
                 else:
@@ -96,10 +98,10 @@ class Tiers:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    async def execute(self, request: Any, effects: AsyncEffects) -> Any:
+    async def execute(self, request: Any, effects: AsyncEffects, built: Layout) -> Any:
         started = time.perf_counter()
         if isinstance(request, (Hot, HotBatch)):
-            result = await self.hot(request)
+            result = await self.hot(request, built)
         elif isinstance(request, Cold):
             result = await self.cold(request)
         elif isinstance(request, Pause):
@@ -110,19 +112,20 @@ class Tiers:
                               time.perf_counter() - started)
         return result
 
-    async def hot(self, request: Hot | HotBatch) -> Any:
+    async def hot(self, request: Hot | HotBatch, built: Layout) -> Any:
         """Run a script on a pooled connection, straight through the connection (redis-py's
         command path costs more than the round trip at small replies); a connection that
         fails is dropped and the call retried with the client's backoff. A batch goes in one
         round trip (pipelined, each script with its source). On a cluster, see
-        `_cluster_hot`."""
+        `_cluster_hot`. A request built with another key layout than the one learned since
+        (``built``: Redis turned out to be a cluster) is not sent."""
         if not self.detected:
             try:
-                changed = await self.detect()
+                await self.detect()
             except HOT_ERRORS as exc:
                 raise (hot_unavailable(exc) or exc) from exc
-            if changed:
-                raise layout_learned()
+        if self.learn(None).cluster != built.cluster:
+            raise layout_learned()
         if self.cluster is not None:
             return await self._cluster_hot(request)
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
@@ -140,7 +143,10 @@ class Tiers:
         if isinstance(request, HotBatch):
             commands = [self.scripts.command(each, source=True) for each in request.requests]
             await conn.send_packed_command(conn.pack_commands(commands))
-            return [await conn.read_response() for _ in commands]
+            replies = [await conn.read_response() for _ in commands]
+            if any(each.script in REPLICATED_SCRIPTS for each in request.requests):
+                await self._replicated(conn)
+            return replies
         try:
             await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
             reply = await conn.read_response()
@@ -149,10 +155,16 @@ class Tiers:
             await conn.send_packed_command(conn.pack_command(*command))
             reply = await conn.read_response()
         self.scripts.sent(request)
-        if self.wait is not None and request.script in REPLICATED_SCRIPTS:
+        if request.script in REPLICATED_SCRIPTS:
+            await self._replicated(conn)
+        return reply
+
+    async def _replicated(self, conn: Any) -> None:
+        """With ``redis_replica_acks``, wait until that many replicas hold the connection's
+        writes so far (``WAIT``)."""
+        if self.wait is not None:
             await conn.send_packed_command(conn.pack_command(*self.wait))
             check_replicas(await conn.read_response(), self.wait)
-        return reply
 
     async def _cluster_hot(self, request: Hot | HotBatch) -> Any:
         """Run a script on the primary that owns its keys' slot (the cluster client routes
@@ -160,13 +172,11 @@ class Tiers:
         after a failover). A node that lost its script cache gets the source. A batch runs
         its scripts one by one: redis-py's cluster pipeline asks a node for each ``EVAL``'s
         keys (``COMMAND GETKEYS``), a round trip more per script, and fails while that node
-        is down. At most ``redis_max_connections`` calls are in flight: the cluster client's
-        per-node pools refuse a connection past their bound rather than wait for one, so
-        callers wait here (up to ``pool_timeout``), as they do for a single node's pool."""
+        is down. At most ``redis_max_connections`` calls are in flight (see `Slots`)."""
         if isinstance(request, HotBatch):
             return [await self._cluster_hot(each) for each in request.requests]
         try:
-            await self._cluster_slot()
+            await self._slots.acquire()
             try:
                 try:
                     reply = await self.cluster.execute_command(*self.scripts.command(request))
@@ -179,19 +189,6 @@ class Tiers:
             return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
-
-    async def _cluster_slot(self) -> None:
-        """Wait for one of the ``redis_max_connections`` cluster calls allowed at once.
-
-        Raises:
-            redis.exceptions.ConnectionError: none was free within ``pool_timeout``.
-        """
-        try:
-            await asyncio.wait_for(self._slots.acquire(), self._slot_wait)
-        except TimeoutError:
-            raise RedisConnectionError(
-                f"no Redis Cluster connection was free within {self._slot_wait} s "
-                "(redis_max_connections calls in flight; raise it or pool_timeout)") from None
 
     async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:

@@ -34,13 +34,22 @@ from langgraph_durable.errors import (
 Effects = Callable[[Any], Any]
 AsyncEffects = Callable[[Any], Awaitable[Any]]
 # Told whether Redis is a cluster; returns the key layout in force and whether it changed.
-Learn = Callable[[bool], tuple[Layout, bool]]
+# Asked with what the drivers learned (is Redis a cluster?), returns the key layout that
+# follows; asked with ``None``, the layout requests are built with now.
+Learn = Callable[[bool | None], Layout]
 
 
 def told(config: SaverConfig) -> Learn:
     """A `Learn` for drivers used without an engine (tests): the layout ``config`` and
-    the server imply; nothing to change."""
-    return lambda cluster: (layout_of(config, cluster=cluster), False)
+    the server imply."""
+    learned = [layout_of(config, cluster=config.redis_cluster is True)]
+
+    def learn(cluster: bool | None) -> Layout:
+        if cluster is not None and cluster != learned[0].cluster:
+            learned[0] = layout_of(config, cluster=cluster)
+        return learned[0]
+    return learn
+
 
 SCRIPTS = {
     "get": lua.GET_SCRIPT,
@@ -92,7 +101,7 @@ class Scripts:
 # The scripts whose effect must be on replicas before the write goes on (with
 # ``redis_replica_acks``): a write intent keeps readers off a copy a failover could leave
 # behind, and a write-behind journal entry is the write itself until it is flushed.
-REPLICATED_SCRIPTS = frozenset({"intent", "put_behind", "put_writes_behind"})
+REPLICATED_SCRIPTS = frozenset({"intent", "fence", "put_behind", "put_writes_behind"})
 
 
 def replica_wait(config: SaverConfig) -> tuple[Any, ...] | None:
@@ -184,7 +193,7 @@ def postgres_options(config: SaverConfig) -> dict[str, Any]:
 
 def layout_learned() -> TierUnavailableError:
     """The error of a hot request built before the saver learned that Redis is a cluster
-    (its keys follow the single-node layout): it is not sent; the next one is right."""
+    (its keys follow the single-node layout): it is not sent; the next operation's are right."""
     return TierUnavailableError(
         "Redis (hot tier) turned out to be a cluster when first reached; its key layout "
         "applies from the next request (set redis_cluster=True to know it at start)",

@@ -123,14 +123,16 @@ class Engine:
                 "another loop: pass redis_url / postgres_url instead and the saver makes "
                 "clients for each loop")
 
-    def _learn(self, cluster: bool) -> tuple[Layout, bool]:
+    def _learn(self, cluster: bool | None) -> Layout:
         """The drivers learned whether Redis is a cluster: the key layout follows (it is
-        the same for every process of the prefix, see `keys.Layout`)."""
+        the same for every process of the prefix, see `keys.Layout`). ``None``: the layout
+        requests are built with now."""
+        if cluster is None:
+            return self.context.layout
         with self._layout_lock:  # (`tiers` holds `_lock` while it opens the clients)
-            changed = cluster != self.context.layout.cluster
-            if changed:
+            if cluster != self.context.layout.cluster:
                 self.context.layout = layout_of(self.config, cluster=cluster)
-            return self.context.layout, changed
+            return self.context.layout
 
     async def _closer(self, tiers: aio.Tiers) -> AsyncGenerator[None, None]:
         """Close ``tiers`` when this generator is closed: by `aclose`, or by the event loop's

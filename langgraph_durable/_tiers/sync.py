@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Generator
 from typing import Any, TypeVar
@@ -11,13 +10,14 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError as RedisResponseError
 
 from langgraph_durable._core.context import Latencies
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._tiers import clients
-from langgraph_durable._tiers.cluster import check_layout, cluster_client, is_cluster
+from langgraph_durable._tiers.cluster import Slots, check_layout, cluster_client, cluster_mode
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
@@ -35,7 +35,7 @@ from langgraph_durable._tiers.common import (
     replica_wait,
     told,
 )
-from langgraph_durable.config import SaverConfig, seconds
+from langgraph_durable.config import SaverConfig
 
 T = TypeVar("T")
 
@@ -50,8 +50,7 @@ class Tiers:
         self.learn = learn or told(config)
         self.cluster: Any = None  # the cluster client, once Redis turned out to be one
         self.detected = False
-        self._slots = threading.BoundedSemaphore(config.redis_max_connections)
-        self._slot_wait = seconds(config.pool_timeout)
+        self._slots = Slots(config)
         self.clients = clients.blocking(config, provided or clients.Provided())
         self.redis = self.clients.redis
         self.scripts = Scripts()
@@ -64,30 +63,31 @@ class Tiers:
         with contextlib.suppress(*HOT_ERRORS):  # Redis down: learned on first use
             self.detect()
 
-    def detect(self) -> bool:
-        """Learn whether Redis is a cluster (unless configured) and check the prefix's
-        recorded key layout; a cluster gets its cluster client. Returns whether the layout
-        changed from the one assumed so far."""
-        cluster = self.config.redis_cluster
-        if cluster is None:
-            cluster = is_cluster(self.redis.info("cluster"))
+    def detect(self) -> None:
+        """Learn whether Redis is a cluster (the setting, checked against the server) and
+        check the prefix's recorded key layout; a cluster gets its cluster client."""
+        try:
+            info = self.redis.info("cluster")
+        except RedisResponseError:  # INFO refused (a managed service's rules): the setting
+            info = None
+        cluster = cluster_mode(self.config, info, passed_in=not self.clients.owns_redis)
         if cluster and self.cluster is None:
             self.cluster = cluster_client(self.config)
-        layout, changed = self.learn(cluster)
+        layout = self.learn(cluster)
         client = self.cluster or self.redis
         client.set(layout.layout_key(), layout.describe(), nx=True)
         check_layout(layout, client.get(layout.layout_key()))
         self.detected = True
-        return changed
 
     def run(self, op: Generator[Any, Any, T], effects: Effects) -> T:
         """Drive an operation to its end: execute each storage request it yields, hand any
         other request (a tool effect) to ``effects``, send back the reply or throw in the error."""
+        built = self.learn(None)  # the key layout the operation's requests are built with
         try:
             request = next(op)
             while True:
                 try:
-                    result = self.execute(request, effects)
+                    result = self.execute(request, effects, built)
                 except Exception as exc:
                     request = op.throw(exc)
                 else:
@@ -95,10 +95,10 @@ class Tiers:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    def execute(self, request: Any, effects: Effects) -> Any:
+    def execute(self, request: Any, effects: Effects, built: Layout) -> Any:
         started = time.perf_counter()
         if isinstance(request, (Hot, HotBatch)):
-            result = self.hot(request)
+            result = self.hot(request, built)
         elif isinstance(request, Cold):
             result = self.cold(request)
         elif isinstance(request, Pause):
@@ -109,19 +109,20 @@ class Tiers:
                               time.perf_counter() - started)
         return result
 
-    def hot(self, request: Hot | HotBatch) -> Any:
+    def hot(self, request: Hot | HotBatch, built: Layout) -> Any:
         """Run a script on a pooled connection, straight through the connection (redis-py's
         command path costs more than the round trip at small replies); a connection that
         fails is dropped and the call retried with the client's backoff. A batch goes in one
         round trip (pipelined, each script with its source). On a cluster, see
-        `_cluster_hot`."""
+        `_cluster_hot`. A request built with another key layout than the one learned since
+        (``built``: Redis turned out to be a cluster) is not sent."""
         if not self.detected:
             try:
-                changed = self.detect()
+                self.detect()
             except HOT_ERRORS as exc:
                 raise (hot_unavailable(exc) or exc) from exc
-            if changed:
-                raise layout_learned()
+        if self.learn(None).cluster != built.cluster:
+            raise layout_learned()
         if self.cluster is not None:
             return self._cluster_hot(request)
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
@@ -139,7 +140,10 @@ class Tiers:
         if isinstance(request, HotBatch):
             commands = [self.scripts.command(each, source=True) for each in request.requests]
             conn.send_packed_command(conn.pack_commands(commands))
-            return [conn.read_response() for _ in commands]
+            replies = [conn.read_response() for _ in commands]
+            if any(each.script in REPLICATED_SCRIPTS for each in request.requests):
+                self._replicated(conn)
+            return replies
         try:
             conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
             reply = conn.read_response()
@@ -148,10 +152,16 @@ class Tiers:
             conn.send_packed_command(conn.pack_command(*command))
             reply = conn.read_response()
         self.scripts.sent(request)
-        if self.wait is not None and request.script in REPLICATED_SCRIPTS:
+        if request.script in REPLICATED_SCRIPTS:
+            self._replicated(conn)
+        return reply
+
+    def _replicated(self, conn: Any) -> None:
+        """With ``redis_replica_acks``, wait until that many replicas hold the connection's
+        writes so far (``WAIT``)."""
+        if self.wait is not None:
             conn.send_packed_command(conn.pack_command(*self.wait))
             check_replicas(conn.read_response(), self.wait)
-        return reply
 
     def _cluster_hot(self, request: Hot | HotBatch) -> Any:
         """Run a script on the primary that owns its keys' slot (the cluster client routes
@@ -159,13 +169,11 @@ class Tiers:
         after a failover). A node that lost its script cache gets the source. A batch runs
         its scripts one by one: redis-py's cluster pipeline asks a node for each ``EVAL``'s
         keys (``COMMAND GETKEYS``), a round trip more per script, and fails while that node
-        is down. At most ``redis_max_connections`` calls are in flight: the cluster client's
-        per-node pools refuse a connection past their bound rather than wait for one, so
-        callers wait here (up to ``pool_timeout``), as they do for a single node's pool."""
+        is down. At most ``redis_max_connections`` calls are in flight (see `Slots`)."""
         if isinstance(request, HotBatch):
             return [self._cluster_hot(each) for each in request.requests]
         try:
-            self._cluster_slot()
+            self._slots.acquire()
             try:
                 try:
                     reply = self.cluster.execute_command(*self.scripts.command(request))
@@ -178,17 +186,6 @@ class Tiers:
             return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
-
-    def _cluster_slot(self) -> None:
-        """Wait for one of the ``redis_max_connections`` cluster calls allowed at once.
-
-        Raises:
-            redis.exceptions.ConnectionError: none was free within ``pool_timeout``.
-        """
-        if not self._slots.acquire(timeout=self._slot_wait):
-            raise RedisConnectionError(
-                f"no Redis Cluster connection was free within {self._slot_wait} s "
-                "(redis_max_connections calls in flight; raise it or pool_timeout)")
 
     def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
         try:

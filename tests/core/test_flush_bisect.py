@@ -13,11 +13,12 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Breaker, Context
 from langgraph_durable._core.journal import pack_checkpoint_entry
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.records import Location, StoredCheckpoint
 from langgraph_durable._core.requests import Cold, Hot
 from langgraph_durable._core.sql import Statements
 from langgraph_durable._tiers import sync
-from langgraph_durable._tiers.common import Effects
+from langgraph_durable._tiers.common import Effects, told
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import TierUnavailableError, WriteRejectedError
 
@@ -37,8 +38,9 @@ class ScriptedTiers(sync.Tiers):
         self.transactions = 0
         self.committed: set[str] = set()
         self.ack: list[Any] | None = None
+        self.learn = told(_ctx().config)
 
-    def execute(self, request: Any, effects: Effects) -> Any:
+    def execute(self, request: Any, effects: Effects, built: Layout) -> Any:
         if isinstance(request, Hot):
             if request.script == "flush_read":
                 return self.raw
