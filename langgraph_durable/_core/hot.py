@@ -142,7 +142,8 @@ def apply_marks(ctx: Context) -> Op[int]:
     shard — restored from an older snapshot or promoted from a replica that lagged has an
     older mark and applies again the marks made since, and a new or emptied Redis applies
     every mark kept (one per thread, for twice ``hot_ttl``). The usual poll, with no new
-    mark, is one index lookup in Postgres and one Redis call (per cluster node). Raises
+    mark, is one index lookup in Postgres and one Redis round trip (on a cluster, one call
+    per shard: `each_shard`). Raises
     `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
     layout = ctx.layout

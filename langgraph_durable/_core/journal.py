@@ -415,8 +415,8 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
 
 
 def each_shard(ctx: Context, requests: Sequence[Hot]) -> Op[list[Any]]:
-    """Run one request per shard: a single call on one shard, else one batch (which a
-    cluster driver splits by node)."""
+    """Run one request per shard: a single call on one shard, else one batch (one round
+    trip on a single node; a cluster driver sends its scripts one by one)."""
     if len(requests) == 1:
         return [(yield requests[0])]
     return list((yield HotBatch(tuple(requests))))

@@ -95,7 +95,9 @@ class Tiers:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    def execute(self, request: Any, effects: Effects, built: Layout) -> Any:
+    def execute(
+        self, request: Any, effects: Effects, built: Layout | None = None
+    ) -> Any:
         started = time.perf_counter()
         if isinstance(request, (Hot, HotBatch)):
             result = self.hot(request, built)
@@ -109,19 +111,19 @@ class Tiers:
                               time.perf_counter() - started)
         return result
 
-    def hot(self, request: Hot | HotBatch, built: Layout) -> Any:
+    def hot(self, request: Hot | HotBatch, built: Layout | None = None) -> Any:
         """Run a script on a pooled connection, straight through the connection (redis-py's
         command path costs more than the round trip at small replies); a connection that
         fails is dropped and the call retried with the client's backoff. A batch goes in one
         round trip (pipelined, each script with its source). On a cluster, see
-        `_cluster_hot`. A request built with another key layout than the one learned since
-        (``built``: Redis turned out to be a cluster) is not sent."""
+        `_cluster_hot`. A request built with another key layout (``built``, when known) than
+        the one learned since (Redis turned out to be a cluster) is not sent."""
         if not self.detected:
             try:
                 self.detect()
             except HOT_ERRORS as exc:
                 raise (hot_unavailable(exc) or exc) from exc
-        if self.learn(None).cluster != built.cluster:
+        if built is not None and self.learn(None).cluster != built.cluster:
             raise layout_learned()
         if self.cluster is not None:
             return self._cluster_hot(request)
