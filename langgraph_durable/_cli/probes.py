@@ -18,6 +18,7 @@ import redis.exceptions
 
 from langgraph_durable._core.keys import Layout, unb64
 from langgraph_durable._tiers.clients import client_for_url
+from langgraph_durable._tiers.cluster import is_cluster
 from langgraph_durable.config import mask_url
 from langgraph_durable.errors import TierUnavailableError
 
@@ -60,7 +61,7 @@ def redis_client(url: str, *, timeout: float = 2.0) -> Any:
     plain: redis.Redis = client_for_url(url, redis, socket_connect_timeout=timeout,
                                         socket_timeout=timeout)
     try:
-        cluster = str(plain.info("cluster").get("cluster_enabled", 0)) == "1"
+        cluster = is_cluster(plain.info("cluster"))
     except redis.exceptions.RedisError:
         return plain  # the caller's first command reports what is wrong
     if not cluster:
@@ -112,6 +113,8 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         info: dict[str, Any] = client.info("server")
         persistence: dict[str, Any] = client.info("persistence")
         config = _config_get(client, "appendonly", "appendfsync", "save", "maxmemory-policy")
+        if isinstance(client, redis.RedisCluster):  # (`redis_client` found a cluster)
+            config.update(_cluster_config(client))
     except redis.exceptions.RedisError as exc:
         raise TierUnavailableError(
             f"cannot connect to Redis at {mask_url(url)}: {one_line(exc)} ({_HOT_HINT})",
@@ -119,8 +122,6 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         ) from exc
     finally:
         client.close()
-    if str(info.get("redis_mode")) == "cluster":
-        config.update(_cluster_config(url, timeout))
     if "valkey_version" in info:
         server = f"Valkey {info['valkey_version']}"
     else:
@@ -137,22 +138,18 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
     )
 
 
-def _cluster_config(url: str, timeout: float) -> dict[str, str]:
-    """The persistence settings that hold on every primary of a cluster: the append-only
-    file only if every primary has it on, the eviction policy if all agree."""
-    client: Any = redis_client(url, timeout=timeout)  # (redis-py's cluster API is untyped)
+def _cluster_config(client: Any) -> dict[str, str]:
+    """The persistence settings that hold on every primary of a cluster (``client``, a
+    `redis.RedisCluster`, whose API is untyped): the append-only file only if every primary
+    has it on, the eviction policy if all agree."""
+    seen: dict[str, set[str]] = {}
     try:
-        if not isinstance(client, redis.RedisCluster):
-            return {}
-        seen: dict[str, set[str]] = {}
-        for node in client.get_primaries():  # type: ignore[no-untyped-call]
+        for node in client.get_primaries():
             for key, value in _config_get(client.get_redis_connection(node),
                                           "appendonly", "maxmemory-policy").items():
                 seen.setdefault(key, set()).add(value)
     except redis.exceptions.RedisError:
         return {}
-    finally:
-        client.close()
     out = {"appendonly": "no" if seen.get("appendonly", {"no"}) != {"yes"} else "yes"}
     policies = seen.get("maxmemory-policy", set())
     if len(policies) == 1:
