@@ -19,7 +19,7 @@ import redis.exceptions
 from langgraph_durable._core.keys import Layout, unb64
 from langgraph_durable._tiers.clients import client_for_url
 from langgraph_durable._tiers.cluster import is_cluster
-from langgraph_durable.config import mask_url
+from langgraph_durable.config import SaverConfig, mask_url
 from langgraph_durable.errors import TierUnavailableError
 
 _HOT_HINT = "check --redis-url or LGD_REDIS_URL"
@@ -71,10 +71,39 @@ def redis_client(url: str, *, timeout: float = 2.0) -> Any:
         url, socket_connect_timeout=timeout, socket_timeout=timeout)
 
 
+def recorded_layout(client: Any, prefix: str) -> Layout | None:
+    """The key layout ``prefix`` recorded in Redis (`Layout.layout_key`, set by the first
+    saver on it), or ``None`` if none did."""
+    recorded = client.get(Layout(prefix).layout_key())
+    if recorded is None:
+        return None
+    return Layout.from_description(prefix, recorded,
+                                   cluster=isinstance(client, redis.RedisCluster))
+
+
 def hot_layout(client: Any, prefix: str, journal_shards: int | None) -> Layout:
-    """The key layout of ``prefix`` as seen through ``client`` (see `redis_client`)."""
-    return Layout(prefix, shards=journal_shards,
-                  cluster=isinstance(client, redis.RedisCluster))
+    """The key layout of ``prefix`` as seen through ``client`` (see `redis_client`): with
+    ``journal_shards`` when set, else with the shards the prefix recorded, so a command
+    reads a prefix written with any ``journal_shards`` without being told."""
+    recorded = None if journal_shards is not None else recorded_layout(client, prefix)
+    return recorded or Layout(prefix, shards=journal_shards,
+                              cluster=isinstance(client, redis.RedisCluster))
+
+
+def journal_shards(config: SaverConfig) -> int | None:
+    """The journal shards of a command's saver: ``journal_shards`` when set, else those
+    ``key_prefix`` recorded (`hot_layout`); ``None`` (the default) when neither is known or
+    Redis does not answer (the saver reports that)."""
+    if config.journal_shards is not None:
+        return config.journal_shards
+    client = redis_client(config.redis_url)
+    try:
+        recorded = recorded_layout(client, config.key_prefix)
+    except redis.exceptions.RedisError:
+        return None
+    finally:
+        client.close()
+    return None if recorded is None else recorded.shards
 
 
 @dataclass(frozen=True, slots=True)

@@ -264,8 +264,23 @@ class Layout:
         return f"{self.prefix}:layout"
 
     def describe(self) -> str:
-        """The value `layout_key` holds for this layout."""
+        """The value `layout_key` holds for this layout (`from_description` reads it)."""
         return f"shards={self.shards}"
+
+    @classmethod
+    def from_description(cls, prefix: str, text: str | bytes, *, cluster: bool = False) -> Layout:
+        """The layout of ``prefix`` whose `describe` is ``text``.
+
+        Raises:
+            ConfigurationError: ``text`` is not such a description.
+        """
+        value = text.decode(errors="replace") if isinstance(text, bytes) else text
+        name, _, count = value.partition("=")
+        if name != "shards" or not count.isdigit() or not 1 <= int(count) <= MAX_SHARDS:
+            raise ConfigurationError(
+                f"key prefix {prefix!r} recorded the key layout {value[:80]!r}, not one such "
+                "as 'shards=4'")
+        return cls(prefix, shards=int(count), cluster=cluster)
 
 
 @functools.lru_cache(maxsize=64)
