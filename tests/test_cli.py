@@ -25,6 +25,7 @@ from typer.testing import CliRunner, Result
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.cli import app
+from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_schema
 from tests.graphs import (
     CHARGE_CALL,
@@ -342,6 +343,43 @@ def test_threads_shows_unflushed_checkpoints_until_flush(
     assert re.search(r"flushed in [\d.]+s: \d+ journal entries", flushed.stdout)
     after = cells()
     assert after[1] == "5" and after[4:] == ["redis, postgres", "0"]
+
+
+def test_cli_reads_the_journal_shards_a_prefix_recorded(namespace: tuple[str, str]) -> None:
+    """A prefix written with 4 journal shards is read in that layout by a command run
+    without the setting: `threads` finds the thread and its 5 unflushed checkpoints,
+    `doctor` finds the journal and counts its waiting entries, and `flush` drains every
+    shard."""
+    schema, prefix = namespace
+    prefix = f"{prefix}-shards"  # a prefix of its own: the module's recorded one shard
+    cli = cli_for((schema, prefix), columns=200)
+    saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                         write_mode="behind", journal_shards=4, background_flush=False)
+    try:
+        saver.setup()
+        thread = thread_id()
+        chat_graph(saver).invoke({"messages": [HumanMessage("hi")]},
+                                 {"configurable": {"thread_id": thread}})
+        waiting = saver.health()["flush"]["unflushed"]
+    finally:
+        saver.close()
+    assert waiting > 0
+
+    def cells() -> list[str]:
+        result = cli("threads")
+        assert result.exit_code == 0, result.output
+        row = next(line for line in result.stdout.splitlines() if thread in line)
+        return [c.strip() for c in row.strip("│ ").split("│")]
+
+    assert cells()[1:] == ["5", "—", "—", "redis", "5"]
+    doctor = cli("doctor")
+    assert f"{waiting} entries waiting" in doctor.stdout, doctor.output
+    if redis.Redis.from_url(REDIS_URL).config_get("appendonly")["appendonly"] == "no":
+        assert "has a journal) runs without AOF" in doctor.stdout, doctor.output
+    flushed = cli("flush")
+    assert flushed.exit_code == 0, flushed.output
+    assert f"unflushed {waiting} → 0" in flushed.stdout
+    assert cells()[4:] == ["redis, postgres", "0"]
 
 
 # ------------------------------------------------------------------- real processes

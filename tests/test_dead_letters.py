@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.journal import pack_checkpoint_entry
-from langgraph_durable._core.keys import journal_key
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.records import Location, StoredCheckpoint
 from langgraph_durable.cli import app
 from langgraph_durable.flusher import run_flusher
@@ -51,7 +51,8 @@ def _poison(saver: DurableSaver, thread_id: str, metadata: str) -> None:
                               b"\x01", metadata, "{}")
     client = redis.Redis.from_url(REDIS_URL)
     try:
-        client.xadd(journal_key(saver.config.key_prefix), {"d": pack_checkpoint_entry(stored)})
+        client.xadd(Layout(saver.config.key_prefix).journal(0),
+                    {"d": pack_checkpoint_entry(stored)})
     finally:
         client.close()
 
@@ -80,7 +81,7 @@ def test_rejected_entries_become_dead_letters_and_the_rest_drains(
         if i == 20:
             _poison(saver, os.urandom(1500).hex(), "{}")
         if i == 30:
-            redis.Redis.from_url(REDIS_URL).xadd(journal_key(saver.config.key_prefix),
+            redis.Redis.from_url(REDIS_URL).xadd(Layout(saver.config.key_prefix).journal(0),
                                                  {"d": b"\xc1 not msgpack"})
     saver.flush()
     assert all(cold_checkpoints(saver.config.schema, t) == 1 for t in innocent)

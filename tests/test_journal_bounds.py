@@ -14,7 +14,7 @@ import redis
 
 from langgraph_durable import DurableSaver, TierUnavailableError
 from langgraph_durable._core import journal
-from langgraph_durable._core.keys import journal_key
+from langgraph_durable._core.keys import Layout
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix, put_value
 from tests.graphs import delta_graph
 
@@ -83,7 +83,7 @@ def test_writes_are_refused_once_the_journal_holds_max_unflushed_bytes(make_save
 def _consumers(saver: DurableSaver) -> list[dict[str, Any]]:
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     try:
-        return list(client.xinfo_consumers(journal_key(saver.config.key_prefix),
+        return list(client.xinfo_consumers(Layout(saver.config.key_prefix).journal(0),
                                            journal.GROUP))
     finally:
         client.close()
@@ -105,7 +105,7 @@ def test_closed_savers_leave_the_consumer_group(make_saver: Any, namespace: Any)
             saver.flush()
     assert len(_consumers(base)) <= before
     client = redis.Redis.from_url(REDIS_URL)
-    key = journal_key(prefix)
+    key = Layout(prefix).journal(0)
     try:
         put_value(base, f"t-{uuid.uuid4()}", "held")
         client.xreadgroup(journal.GROUP, "crashed-flusher", {key: ">"}, count=1)

@@ -28,7 +28,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_durable import ConfigurationError, CorruptStateError, DurableSaver
 from langgraph_durable._core.codec import encode_frame
-from langgraph_durable._core.keys import ThreadKeys, dead_letter_key, journal_key
+from langgraph_durable._core.keys import Layout, ThreadKeys
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
 
 SECRET = "correct horse battery staple"
@@ -276,7 +276,7 @@ def test_forged_journal_entry_never_reaches_postgres(
     victim = f"t-{uuid.uuid4()}"
     frame = encode_frame(*saver.serde.dumps_typed({"v": 1, "id": "x"}))
     client.xadd(
-        journal_key(saver.config.key_prefix),
+        Layout(saver.config.key_prefix).journal(0),
         {"d": ormsgpack.packb(["c", victim, "", "x", None, None, frame, "{}", "{}", []])},
     )
     with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
@@ -285,8 +285,8 @@ def test_forged_journal_entry_never_reaches_postgres(
     query = "SELECT count(*) FROM {schema}.lgd_checkpoints WHERE thread_id = %s"
     assert _sql(saver, query, victim)[0][0] == 0
     assert _sql(saver, query, _thread(genuine))[0][0] == 1
-    assert client.xlen(journal_key(saver.config.key_prefix)) == 0
-    assert client.xlen(dead_letter_key(saver.config.key_prefix)) == 1
+    assert client.xlen(Layout(saver.config.key_prefix).journal(0)) == 0
+    assert client.xlen(Layout(saver.config.key_prefix).dead(0)) == 1
 
 
 def test_secret_is_never_shown(make_saver: Any) -> None:

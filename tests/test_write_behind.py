@@ -14,7 +14,7 @@ import redis
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core import journal
-from langgraph_durable._core.keys import ThreadKeys, journal_key
+from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable.flusher import run_flusher
 from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints, put_value
 from tests.graphs import chat_graph
@@ -154,7 +154,7 @@ def test_concurrent_flushers_lose_nothing(make_saver: Any) -> None:
     for config in configs:
         assert cold_checkpoints(savers[0].config.schema, config["configurable"]["thread_id"]) == 15
     client = redis.Redis.from_url(REDIS_URL)
-    assert client.xlen(journal_key(savers[0].config.key_prefix)) == 0
+    assert client.xlen(Layout(savers[0].config.key_prefix).journal(0)) == 0
     client.close()
 
 

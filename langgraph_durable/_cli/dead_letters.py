@@ -21,7 +21,7 @@ from langgraph_durable.saver import DurableSaver
 
 
 def letters(saver: DurableSaver, limit: int) -> list[DeadLetter]:
-    """The prefix's dead letters, oldest first."""
+    """The prefix's dead letters, at most ``limit`` (in `journal.dead_letters`' order)."""
     return saver.engine.run(journal.dead_letters(saver.engine.context, limit))
 
 

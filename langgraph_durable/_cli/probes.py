@@ -18,7 +18,8 @@ import redis.exceptions
 
 from langgraph_durable._core.keys import Layout, unb64
 from langgraph_durable._tiers.clients import client_for_url
-from langgraph_durable.config import mask_url
+from langgraph_durable._tiers.cluster import is_cluster
+from langgraph_durable.config import SaverConfig, mask_url
 from langgraph_durable.errors import TierUnavailableError
 
 _HOT_HINT = "check --redis-url or LGD_REDIS_URL"
@@ -60,7 +61,7 @@ def redis_client(url: str, *, timeout: float = 2.0) -> Any:
     plain: redis.Redis = client_for_url(url, redis, socket_connect_timeout=timeout,
                                         socket_timeout=timeout)
     try:
-        cluster = str(plain.info("cluster").get("cluster_enabled", 0)) == "1"
+        cluster = is_cluster(plain.info("cluster"))
     except redis.exceptions.RedisError:
         return plain  # the caller's first command reports what is wrong
     if not cluster:
@@ -70,10 +71,39 @@ def redis_client(url: str, *, timeout: float = 2.0) -> Any:
         url, socket_connect_timeout=timeout, socket_timeout=timeout)
 
 
+def recorded_layout(client: Any, prefix: str) -> Layout | None:
+    """The key layout ``prefix`` recorded in Redis (`Layout.layout_key`, set by the first
+    saver on it), or ``None`` if none did."""
+    recorded = client.get(Layout(prefix).layout_key())
+    if recorded is None:
+        return None
+    return Layout.from_description(prefix, recorded,
+                                   cluster=isinstance(client, redis.RedisCluster))
+
+
 def hot_layout(client: Any, prefix: str, journal_shards: int | None) -> Layout:
-    """The key layout of ``prefix`` as seen through ``client`` (see `redis_client`)."""
-    return Layout(prefix, shards=journal_shards,
-                  cluster=isinstance(client, redis.RedisCluster))
+    """The key layout of ``prefix`` as seen through ``client`` (see `redis_client`): with
+    ``journal_shards`` when set, else with the shards the prefix recorded, so a command
+    reads a prefix written with any ``journal_shards`` without being told."""
+    recorded = None if journal_shards is not None else recorded_layout(client, prefix)
+    return recorded or Layout(prefix, shards=journal_shards,
+                              cluster=isinstance(client, redis.RedisCluster))
+
+
+def journal_shards(config: SaverConfig) -> int | None:
+    """The journal shards of a command's saver: ``journal_shards`` when set, else those
+    ``key_prefix`` recorded (`hot_layout`); ``None`` (the default) when neither is known or
+    Redis does not answer (the saver reports that)."""
+    if config.journal_shards is not None:
+        return config.journal_shards
+    client = redis_client(config.redis_url)
+    try:
+        recorded = recorded_layout(client, config.key_prefix)
+    except redis.exceptions.RedisError:
+        return None
+    finally:
+        client.close()
+    return None if recorded is None else recorded.shards
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +142,8 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         info: dict[str, Any] = client.info("server")
         persistence: dict[str, Any] = client.info("persistence")
         config = _config_get(client, "appendonly", "appendfsync", "save", "maxmemory-policy")
+        if isinstance(client, redis.RedisCluster):  # (`redis_client` found a cluster)
+            config.update(_cluster_config(client))
     except redis.exceptions.RedisError as exc:
         raise TierUnavailableError(
             f"cannot connect to Redis at {mask_url(url)}: {one_line(exc)} ({_HOT_HINT})",
@@ -119,8 +151,6 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         ) from exc
     finally:
         client.close()
-    if str(info.get("redis_mode")) == "cluster":
-        config.update(_cluster_config(url, timeout))
     if "valkey_version" in info:
         server = f"Valkey {info['valkey_version']}"
     else:
@@ -137,22 +167,18 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
     )
 
 
-def _cluster_config(url: str, timeout: float) -> dict[str, str]:
-    """The persistence settings that hold on every primary of a cluster: the append-only
-    file only if every primary has it on, the eviction policy if all agree."""
-    client: Any = redis_client(url, timeout=timeout)  # (redis-py's cluster API is untyped)
+def _cluster_config(client: Any) -> dict[str, str]:
+    """The persistence settings that hold on every primary of a cluster (``client``, a
+    `redis.RedisCluster`, whose API is untyped): the append-only file only if every primary
+    has it on, the eviction policy if all agree."""
+    seen: dict[str, set[str]] = {}
     try:
-        if not isinstance(client, redis.RedisCluster):
-            return {}
-        seen: dict[str, set[str]] = {}
-        for node in client.get_primaries():  # type: ignore[no-untyped-call]
+        for node in client.get_primaries():
             for key, value in _config_get(client.get_redis_connection(node),
                                           "appendonly", "maxmemory-policy").items():
                 seen.setdefault(key, set()).add(value)
     except redis.exceptions.RedisError:
         return {}
-    finally:
-        client.close()
     out = {"appendonly": "no" if seen.get("appendonly", {"no"}) != {"yes"} else "yes"}
     policies = seen.get("maxmemory-policy", set())
     if len(policies) == 1:

@@ -470,14 +470,17 @@ def probe_request(ctx: Context) -> Hot:
     return _state_request(ctx, 0)
 
 
+def _leave_requests(ctx: Context, consumer: str, shards: Sequence[int]) -> list[Hot]:
+    """Remove ``consumer`` from the groups of ``shards``, each unless it still holds
+    entries there."""
+    return [Hot("journal_leave", [ctx.layout.journal(k)], [GROUP, consumer]) for k in shards]
+
+
 def leave_request(ctx: Context, consumer: str | None = None) -> Hot | HotBatch:
     """Remove a consumer (default: this saver's) from every shard's group, unless it still
     holds entries there."""
-    requests = tuple(
-        Hot("journal_leave", [ctx.layout.journal(k)], [GROUP, consumer or ctx.consumer])
-        for k in range(ctx.layout.shards)
-    )
-    return requests[0] if len(requests) == 1 else HotBatch(requests)
+    requests = _leave_requests(ctx, consumer or ctx.consumer, range(ctx.layout.shards))
+    return requests[0] if len(requests) == 1 else HotBatch(tuple(requests))
 
 
 def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None = None) -> Op[int]:
@@ -511,9 +514,7 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
             if not s.oldest or stream_order(s.oldest) > stream_order(targets[k])
         ]
         if done:
-            yield from each_shard(
-                ctx, [Hot("journal_leave", [layout.journal(k)], [GROUP, consumer]) for k in done]
-            )
+            yield from each_shard(ctx, _leave_requests(ctx, consumer, done))
             left = [k for k in left if k not in done]
         if not left:
             return moved
@@ -563,8 +564,9 @@ def _dead_letter(ctx: Context, raw: list[Any], shard: int) -> DeadLetter:
 
 
 def dead_letters(ctx: Context, limit: int = 1000) -> Op[list[DeadLetter]]:
-    """The dead letters, oldest first (at most ``limit``; with shards, at most ``limit``
-    of each shard, shard by shard). A sharded layout's letter ids are
+    """The dead letters, at most ``limit`` in all, oldest first; with shards, shard by
+    shard (shard 0's oldest first, then shard 1's, ...), so a ``limit`` below the total
+    leaves out the last shards' letters. A sharded layout's letter ids are
     ``<shard>/<stream id>``."""
     layout = ctx.layout
     replies = yield from each_shard(

@@ -125,6 +125,14 @@ class ThreadKeys:
         name = b64(thread_id)
         self._place(f"{prefix}:{{{name}}}" if tag is None else f"{prefix}:{{{tag}}}:{name}")
 
+    @classmethod
+    def at(cls, base: str) -> ThreadKeys:
+        """Thread-shaped keys of no thread, named under ``base`` (see `Layout.nobody`)."""
+        keys = cls.__new__(cls)
+        keys.thread_id = ""
+        keys._place(base)
+        return keys
+
     def _place(self, base: str) -> None:
         self.base = base
         self.registry = f"{self.base}:k"
@@ -153,26 +161,6 @@ class ThreadKeys:
     def unflushed_member(ns: str, checkpoint_id: str) -> str:
         """Member of the unflushed hash; also the checkpoint key's suffix after ``:c:``."""
         return f"{b64(ns)}:{checkpoint_id}"
-
-
-def marks_key(prefix: str) -> str:
-    """Key of the highest stale mark this Redis has applied (see `hot.apply_marks`)."""
-    return f"{prefix}:marks"
-
-
-def journal_key(prefix: str) -> str:
-    """Key of the write-behind flush journal (a Redis Stream)."""
-    return f"{prefix}:journal"
-
-
-def journal_bytes_key(prefix: str) -> str:
-    """Key of the count of payload bytes the journal holds (for ``max_unflushed_bytes``)."""
-    return f"{prefix}:journal:bytes"
-
-
-def dead_letter_key(prefix: str) -> str:
-    """Key of the dead letters: journal entries Postgres rejected (a Redis Stream)."""
-    return f"{prefix}:dead"
 
 
 # ------------------------------------------------------------------------ sharded layout
@@ -248,9 +236,7 @@ class Layout:
         """Thread-shaped keys of shard ``k`` that belong to no thread (``.`` is not
         base64), for a journal entry that names none (undecodable): its acknowledgement
         touches them instead of a real thread's, in the shard's slot."""
-        keys = ThreadKeys(self.prefix, "")
-        keys._place(self._shard_key(k, "{.}") if self.tags is None else self._shard_key(k, "."))
-        return keys
+        return ThreadKeys.at(self._shard_key(k, "{.}" if self.tags is None else "."))
 
     def _shard_key(self, k: int, name: str) -> str:
         if self.tags is None:
@@ -278,8 +264,23 @@ class Layout:
         return f"{self.prefix}:layout"
 
     def describe(self) -> str:
-        """The value `layout_key` holds for this layout."""
+        """The value `layout_key` holds for this layout (`from_description` reads it)."""
         return f"shards={self.shards}"
+
+    @classmethod
+    def from_description(cls, prefix: str, text: str | bytes, *, cluster: bool = False) -> Layout:
+        """The layout of ``prefix`` whose `describe` is ``text``.
+
+        Raises:
+            ConfigurationError: ``text`` is not such a description.
+        """
+        value = text.decode(errors="replace") if isinstance(text, bytes) else text
+        name, _, count = value.partition("=")
+        if name != "shards" or not count.isdigit() or not 1 <= int(count) <= MAX_SHARDS:
+            raise ConfigurationError(
+                f"key prefix {prefix!r} recorded the key layout {value[:80]!r}, not one such "
+                "as 'shards=4'")
+        return cls(prefix, shards=int(count), cluster=cluster)
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from langgraph_durable._core.keys import dead_letter_key, journal_bytes_key, journal_key
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, Pause
 from langgraph_durable.errors import TierUnavailableError
 
@@ -62,7 +62,8 @@ def hot(script: str, keys: Sequence[str] | None = None) -> Expect:
 def empty_journal(prefix: str) -> Step:
     """The journal probe a whole-thread change starts with (it drains the journal first):
     journal, byte counter and dead letters read, answered with an empty journal."""
-    keys = [journal_key(prefix), journal_bytes_key(prefix), dead_letter_key(prefix)]
+    layout = Layout(prefix)
+    keys = [layout.journal(0), layout.journal_bytes(0), layout.dead(0)]
     return hot("journal_state", keys), [b"", b"", 0, 0, 0]
 
 

@@ -7,12 +7,7 @@ from typing import Any
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import (
-    ThreadKeys,
-    dead_letter_key,
-    journal_bytes_key,
-    journal_key,
-)
+from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from tests.core.script import Script, cold, hot
 
@@ -56,13 +51,13 @@ def test_flush_batch_writes_one_transaction_then_acks_every_entry(ctx: Context) 
     payloads = (journal.pack_checkpoint_entry(_checkpoint("c1", None, "1")),
                 journal.pack_checkpoint_entry(_checkpoint("c2", "c1", "2")),
                 _writes("c2", (0, "x", b"w0")))
-    st = ctx.statements
+    st, layout = ctx.statements, Layout("t")
     script = Script([
-        (hot("flush_read", [journal_key("t")]), _raw(*payloads)),
+        (hot("flush_read", [layout.journal(0)]), _raw(*payloads)),
         (cold(st.flush_blobs_sql, st.flush_checkpoints_sql, st.flush_writes_sql,
               st.flush_heads_sql),
          [None, None, None, [{"thread_id": THREAD, "checkpoint_ns": "", "version": 42}]]),
-        (hot("flush_ack", [journal_key("t"), dead_letter_key("t"), journal_bytes_key("t")]), 3),
+        (hot("flush_ack", [layout.journal(0), layout.dead(0), layout.journal_bytes(0)]), 3),
     ])
     assert script.run(journal.flush_batch(ctx)) == 3
     assert script.done

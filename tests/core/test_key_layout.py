@@ -3,9 +3,11 @@ uses, each script's keys in one slot."""
 
 from __future__ import annotations
 
+import pytest
 import redis.crc
 
 from langgraph_durable._core.keys import SLOTS, Layout, ThreadKeys, key_slot
+from langgraph_durable.errors import ConfigurationError
 
 
 def test_a_single_node_keeps_todays_key_names() -> None:
@@ -62,3 +64,15 @@ def test_a_threads_shard_is_stable_and_threads_spread() -> None:
     for i in range(1000):
         counts[layout.shard(f"thread-{i}")] += 1
     assert min(counts) > 30
+
+
+def test_a_recorded_layout_reads_back_as_the_layout_that_wrote_it() -> None:
+    """`Layout.from_description` inverts `describe` (the value a prefix records), and a
+    value no layout wrote is a configuration error naming the prefix."""
+    for written in (Layout("app"), Layout("app", shards=4), Layout("app", cluster=True)):
+        read = Layout.from_description("app", written.describe().encode(),
+                                       cluster=written.cluster)
+        assert (read.shards, read.tags) == (written.shards, written.tags)
+    for junk in ("shards=0", "shards=x", "shards=257", "slots=4", ""):
+        with pytest.raises(ConfigurationError, match="'app'"):
+            Layout.from_description("app", junk)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from langgraph_durable._core import hot as hot_tier
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, marks_key
+from langgraph_durable._core.keys import Layout, ThreadKeys
 from tests.core.script import Script, cold, hot, hot_down
 
 
@@ -25,7 +25,7 @@ def test_pending_marks_drop_each_thread_with_its_tombstone_then_record_the_seq(
     applied seq; the next page is empty, old marks are forgotten, and it returns how many
     threads it dropped."""
     st = ctx.statements
-    watermark = marks_key("t")
+    watermark = Layout("t").marks(0)
     script = Script([
         (hot("marks", [watermark]), 10),
         (cold(st.newest_mark_sql), [[{"seq": 12}]]),
@@ -53,7 +53,7 @@ def test_a_redis_that_applied_the_newest_mark_costs_two_requests(ctx: Context) -
     """The usual poll: Redis already applied the newest mark (or starts from it, being
     new), so apply_marks stops after one ``marks`` call and the newest-mark query."""
     script = Script([
-        (hot("marks", [marks_key("t")]), 12),
+        (hot("marks", [Layout("t").marks(0)]), 12),
         (cold(ctx.statements.newest_mark_sql), [[{"seq": 12}]]),
     ])
     assert script.run(hot_tier.apply_marks(ctx)) == 0

@@ -11,7 +11,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable._core import journal, ops
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.keys import ThreadKeys, journal_bytes_key, journal_key
+from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable._core.records import HEAD_KEY
 from langgraph_durable.errors import ThreadConflictError
 from tests.core.script import Script, cold, hot
@@ -96,7 +96,7 @@ def test_write_behind_put_on_the_head_is_one_journaled_script(
     assert script.done
     request = script.requests[0]
     assert request.keys[0] == keys.intents
-    assert list(request.keys[-2:]) == [journal_key("t"), journal_bytes_key("t")]
+    assert list(request.keys[-2:]) == [Layout("t").journal(0), Layout("t").journal_bytes(0)]
     assert request.args[0] == "" and request.args[1] == -1, "no intent; no TTL until flushed"
     assert request.args[11] == "1"
     blob_pairs = int(request.args[13])
