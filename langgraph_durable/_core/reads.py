@@ -289,7 +289,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
                 "checkpoint_id": where.checkpoint_id,
             },
         )
-    rows = (yield Cold.one(query, params, fetch=True))[0]
+    rows = (yield Cold.one(query, params, fetch=True, binary=True))[0]
     if not rows:
         return None
     row = rows[0]
@@ -383,9 +383,8 @@ def list_checkpoints(
     unflushed = (yield from _unflushed(ctx, thread_id)) if behind and thread_id else []
     present = frozenset(k for k, v in params.items() if v is not None and k != "limit")
     query = ctx.statements.list_sql(present, limit is not None)
-    rows = (yield Cold.one(query, {k: v for k, v in params.items() if v is not None}, fetch=True))[
-        0
-    ]
+    bound = {k: v for k, v in params.items() if v is not None}
+    rows = (yield Cold.one(query, bound, fetch=True, binary=True))[0]
     result = []
     heads: dict[tuple[str, str], str] = {}
     for row in rows:

@@ -213,7 +213,7 @@ class Tiers:
 
     @staticmethod
     async def _execute(conn: psycopg.AsyncConnection[Any], statement: Any) -> Any:
-        cursor = conn.cursor(row_factory=dict_row)
+        cursor = conn.cursor(row_factory=dict_row, binary=statement.binary)
         cursor = await cursor.execute(statement.query, statement.params)
         return await cursor.fetchall() if statement.fetch else None
 

@@ -210,7 +210,7 @@ class Tiers:
 
     @staticmethod
     def _execute(conn: psycopg.Connection[Any], statement: Any) -> Any:
-        cursor = conn.cursor(row_factory=dict_row)
+        cursor = conn.cursor(row_factory=dict_row, binary=statement.binary)
         cursor = cursor.execute(statement.query, statement.params)
         return cursor.fetchall() if statement.fetch else None
 
