@@ -4,7 +4,10 @@ behind a proxy the test cuts. The table in docs/failure-model.md is what these c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ import redis
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver, TierUnavailableError
+from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, postgres_address
 from tests.faults import Proxy, private_redis
 from tests.graphs import chat_graph
@@ -205,3 +209,54 @@ def test_postgres_down_write_through_raises_and_leaves_no_partial_state(
     assert _value(saver, thread) == "committed"
     assert _cold_ids(namespace[0], thread) == {first["configurable"]["checkpoint_id"]}
     saver.close()
+
+
+@contextlib.contextmanager
+def not_redis() -> Iterator[str]:
+    """A TCP server that answers every connection as a web server would: a Redis URL
+    pointing at the wrong port of the wrong host."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"redis://127.0.0.1:{server.getsockname()[1]}/0"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_a_redis_url_naming_another_kind_of_server_is_an_unavailable_hot_tier(
+        namespace: tuple[str, str]) -> None:
+    """Redis answering in another protocol is a hot tier that cannot be used, said in one
+    line: write-through goes on from Postgres, write-behind refuses, the CLI explains."""
+    with not_redis() as url:
+        through = _saver(namespace, "through", url)
+        try:
+            config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:6]}"}}
+            _put(through, config, "kept")
+            got = through.get_tuple(config)
+            assert got is not None and got.checkpoint["channel_values"] == {"value": "kept"}
+        finally:
+            through.close()
+        behind = _saver(namespace, "behind", url)
+        try:
+            with pytest.raises(TierUnavailableError, match="Redis") as refused:
+                _put(behind, {"configurable": {"thread_id": "t-behind"}}, "refused")
+            assert refused.value.tier == "hot"
+        finally:
+            behind.close()
+        result = cli_for(namespace)("threads", "--redis-url", url)
+        assert "Traceback" not in result.output, result.output
+        assert "Redis" in result.output, result.output

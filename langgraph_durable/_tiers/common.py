@@ -135,6 +135,8 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
     # a cluster client that ran out of retries, or found no node for a slot (failover)
     redis.exceptions.ClusterError,
     redis.exceptions.RedisClusterException,
+    # a reply that is not the Redis protocol: redis_url names another kind of server
+    redis.exceptions.InvalidResponse,
 )
 # Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint
 # violations, 54 program limits such as the btree row size): no retry can succeed.
@@ -213,7 +215,12 @@ def hot_unavailable(exc: Exception) -> TierUnavailableError | None:
         _UNAVAILABLE_REPLIES
     ):
         return None
-    error = TierUnavailableError(f"Redis (hot tier) is unavailable: {exc}", tier="hot")
+    if isinstance(exc, redis.exceptions.InvalidResponse):
+        error = TierUnavailableError(
+            f"Redis (hot tier) answered in a protocol that is not Redis's ({exc}): check "
+            "that redis_url names a Redis server", tier="hot")
+    else:
+        error = TierUnavailableError(f"Redis (hot tier) is unavailable: {exc}", tier="hot")
     error.__cause__ = exc
     return error
 
