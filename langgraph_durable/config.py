@@ -338,9 +338,9 @@ class SaverConfig:
             raise ConfigurationError("redis_replica_acks must be 0 or more")
         if not 0 < seconds(self.redis_replica_timeout) < 5:
             raise ConfigurationError("redis_replica_timeout must be between 0 and 5 seconds")
+        url = urlsplit(self.redis_url)
         if self.redis_credential_provider is not None and (
-                urlsplit(self.redis_url).password or "password" in dict(
-                    parse_qsl(urlsplit(self.redis_url).query))):
+                url.password or "password" in dict(parse_qsl(url.query))):
             raise ConfigurationError(
                 f"redis_url {mask_url(self.redis_url)} has a password and "
                 "redis_credential_provider is set: give the credentials one way")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Protocol
 
 import psycopg
 import psycopg.errors
@@ -39,16 +41,32 @@ AsyncEffects = Callable[[Any], Awaitable[Any]]
 Learn = Callable[[bool | None], Layout]
 
 
+class Placed(Protocol):
+    """What holds the key layout operations build their requests with (an engine's
+    `Context`)."""
+
+    layout: Layout
+
+
+def learner(placed: Placed, config: SaverConfig) -> Learn:
+    """The `Learn` of ``placed``: once the drivers learn whether Redis is a cluster, the
+    key layout follows (the same for every process of the prefix, see `keys.Layout`)."""
+    lock = threading.Lock()
+
+    def learn(cluster: bool | None) -> Layout:
+        if cluster is not None and cluster != placed.layout.cluster:
+            with lock:
+                if cluster != placed.layout.cluster:
+                    placed.layout = layout_of(config, cluster=cluster)
+        return placed.layout
+    return learn
+
+
 def told(config: SaverConfig) -> Learn:
     """A `Learn` for drivers used without an engine (tests): the layout ``config`` and
     the server imply."""
-    learned = [layout_of(config, cluster=config.redis_cluster is True)]
-
-    def learn(cluster: bool | None) -> Layout:
-        if cluster is not None and cluster != learned[0].cluster:
-            learned[0] = layout_of(config, cluster=cluster)
-        return learned[0]
-    return learn
+    return learner(SimpleNamespace(layout=layout_of(config, cluster=config.redis_cluster is True)),
+                   config)
 
 
 SCRIPTS = {

@@ -23,13 +23,12 @@ from typing import Any, TypeVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import inspection, migrate, ops
-from langgraph_durable._core.context import Breaker, Context, MarkClock, layout_of
-from langgraph_durable._core.keys import Layout
+from langgraph_durable._core.context import Breaker, Context, MarkClock
 from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
 from langgraph_durable._tiers import aio, clients, host, sync
-from langgraph_durable._tiers.common import AsyncEffects, Effects, probe_cold
+from langgraph_durable._tiers.common import AsyncEffects, Effects, learner, probe_cold
 from langgraph_durable._tiers.leases import Leases
 from langgraph_durable.config import SaverConfig, seconds
 from langgraph_durable.errors import ConfigurationError
@@ -59,7 +58,7 @@ class Engine:
         )
         self.leases = Leases(self.run, self.context)
         self._lock = threading.Lock()
-        self._layout_lock = threading.Lock()
+        self._learn = learner(self.context, self.config)
         self._sync: sync.Tiers | None = None
         # each loop's clients, with the suspended generator that closes them (`_closer`)
         self._aio: weakref.WeakKeyDictionary[
@@ -122,17 +121,6 @@ class Engine:
                 "(a redis.asyncio client or an async pool works on one loop only); this is "
                 "another loop: pass redis_url / postgres_url instead and the saver makes "
                 "clients for each loop")
-
-    def _learn(self, cluster: bool | None) -> Layout:
-        """The drivers learned whether Redis is a cluster: the key layout follows (it is
-        the same for every process of the prefix, see `keys.Layout`). ``None``: the layout
-        requests are built with now."""
-        if cluster is None:
-            return self.context.layout
-        with self._layout_lock:  # (`tiers` holds `_lock` while it opens the clients)
-            if cluster != self.context.layout.cluster:
-                self.context.layout = layout_of(self.config, cluster=cluster)
-            return self.context.layout
 
     async def _closer(self, tiers: aio.Tiers) -> AsyncGenerator[None, None]:
         """Close ``tiers`` when this generator is closed: by `aclose`, or by the event loop's
@@ -198,7 +186,7 @@ class Engine:
         """
         _INHERITED.append((self._sync, list(self._aio.values())))
         self._lock = threading.Lock()
-        self._layout_lock = threading.Lock()
+        self._learn = learner(self.context, self.config)  # with a new lock
         self._sync = None
         self._aio = weakref.WeakKeyDictionary()
         self.provided = self.provided.forked()
