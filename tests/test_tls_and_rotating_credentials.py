@@ -41,6 +41,12 @@ async def _aread(saver: DurableSaver, thread_id: str) -> object:
     return found.checkpoint["channel_values"]["value"]
 
 
+async def _ahistory(saver: DurableSaver, thread_id: str) -> int:
+    """How many checkpoints an async caller lists (a read Postgres answers, so through the
+    event loop's own Postgres pool; a latest read may be served by Redis alone)."""
+    return len([t async for t in saver.alist({"configurable": {"thread_id": thread_id}})])
+
+
 def _hot_keys(client: redis.Redis, prefix: str) -> int:
     return sum(1 for _ in client.scan_iter(match=f"{prefix}*"))
 
@@ -172,6 +178,7 @@ def test_postgres_credentials_are_asked_for_at_each_new_connection(
         saver.setup()
         put_value(saver, "t-cred", 1)
         assert asyncio.run(_aread(saver, "t-cred")) == 1
+        assert asyncio.run(_ahistory(saver, "t-cred")) == 1  # from Postgres, async pool
         assert len(calls) >= 3  # the setup probe, the blocking pool, the async pool
         assert _application_names("lgd-cred-")
 
