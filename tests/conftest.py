@@ -267,14 +267,24 @@ def _value_put(saver: DurableSaver, thread_id: str, value: object, ns: str,
 
 def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
               metadata: dict[str, object] | None = None) -> dict[str, object]:
-    """Put one checkpoint whose only channel ``value`` holds ``value``; returns its config."""
-    return saver.put(*_value_put(saver, thread_id, value, ns, metadata))  # type: ignore[return-value]
+    """Put one checkpoint whose only channel ``value`` holds ``value``; returns its config.
+
+    It is a root (no parent). Written behind, it follows a read of its namespace, as a
+    run's first write does: a root of a namespace Redis does not hold stays in Redis only
+    once a read found the namespace empty (else it goes through Postgres)."""
+    args = _value_put(saver, thread_id, value, ns, metadata)
+    if saver.config.write_mode == "behind":
+        saver.get_tuple(args[0])
+    return saver.put(*args)  # type: ignore[return-value]
 
 
 async def aput_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
                      metadata: dict[str, object] | None = None) -> dict[str, object]:
     """Async twin of `put_value` (``aput``)."""
-    return await saver.aput(*_value_put(saver, thread_id, value, ns, metadata))  # type: ignore[return-value]
+    args = _value_put(saver, thread_id, value, ns, metadata)
+    if saver.config.write_mode == "behind":
+        await saver.aget_tuple(args[0])
+    return await saver.aput(*args)  # type: ignore[return-value]
 
 
 def cold_checkpoints(schema: str, thread_id: str) -> int:

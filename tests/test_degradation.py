@@ -175,6 +175,7 @@ def test_postgres_down_write_behind_accepts_up_to_bound_then_drains(
                    flush_interval=0.05)
     thread = f"t-{uuid.uuid4()}"
     config = {"configurable": {"thread_id": thread}}
+    assert saver.get_tuple(config) is None  # as a run's first read: Redis learns it is new
     proxy.cut()
     acked = []
     with pytest.raises(TierUnavailableError) as info:

@@ -20,9 +20,9 @@ from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailableError
-from langgraph_durable._core import ops
+from langgraph_durable._core import journal, ops
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.requests import Cold
+from langgraph_durable._core.requests import Cold, Hot
 from tests.conftest import POSTGRES_URL, REDIS_URL, redis_address
 from tests.faults import Proxy
 from tests.graphs import chat_graph
@@ -70,6 +70,46 @@ def _forget_hot(saver: DurableSaver, thread: str) -> None:
 
 def _no_effects(request: Any) -> Any:
     raise AssertionError(f"a checkpoint operation asked for a tool effect: {request!r}")
+
+
+class Stepped:
+    """An operation run request by request with a saver's real driver, so a test can stop
+    it at any request and let other processes act first."""
+
+    def __init__(self, saver: DurableSaver, op: Any) -> None:
+        self.op, self.tiers = op, saver.engine.tiers()
+        self.request = next(op)
+
+    def until(self, stop: Any) -> Any:
+        """Run requests until ``stop(request)`` holds; that request is next (not run)."""
+        while not stop(self.request):
+            self.request = self.op.send(self.tiers.execute(self.request, _no_effects))
+        return self.request
+
+    def finish(self) -> Any:
+        """Run the rest (the next request executed and waited for); the op's result."""
+        try:
+            while True:
+                request = self.request
+                if isinstance(request, Hot):  # what was sent without waiting, lands now
+                    request = Hot(request.script, request.keys, request.args)
+                self.request = self.op.send(self.tiers.execute(request, _no_effects))
+        except StopIteration as done:
+            return done.value
+
+
+def _script(name: str) -> Any:
+    return lambda request: getattr(request, "script", None) == name
+
+
+def _put_op(saver: DurableSaver, parent: dict[str, Any], value: str) -> Any:
+    """The sans-I/O put of one checkpoint holding ``value`` (run it with `Stepped`)."""
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": value}
+    checkpoint["channel_versions"] = {"value": version}
+    return ops.put(saver.engine.context, parent, checkpoint, {"source": "loop", "step": 1},
+                   {"value": version})
 
 
 def _cold_ids(saver: DurableSaver, thread: str) -> list[str]:
@@ -200,34 +240,111 @@ def test_a_readers_warm_never_overwrites_newer_pending_writes(
 
 
 @pytest.mark.parametrize("write_mode", ["through"])
-def test_a_late_update_after_redis_was_emptied_never_moves_the_head_back(
-    make_saver: Any,
-) -> None:
-    """A writer commits v2 and stalls before it updates Redis; another process extends v2
-    with v3; Redis is emptied (a restart); then the stalled update arrives. Redis forgot
-    v3's version, but the update lost its intent with it, so it does not start a fresh
-    index at v2: every process reads v3."""
+@pytest.mark.parametrize("fault", ["redis-emptied", "registry-evicted"])
+def test_a_late_update_never_moves_the_head_back(make_saver: Any, fault: str) -> None:
+    """A writer commits v2 and its update of Redis is slow to land (the writer stalled, or
+    the update was sent without waiting); another process extends v2 with v3, whose update
+    lands; then Redis loses part of the thread: all of it (a restart: the slow update lost
+    its intent with it), or only the registry (an eviction: the intent stands, but the
+    versions hash Redis kept knows v3). Either way the slow update starts no fresh index
+    at v2, and every process reads v3."""
     slow, other = make_saver(write_mode="through"), make_saver(write_mode="through")
     thread = f"t-{uuid.uuid4()}"
     (first,) = _chain(slow, thread, ["v1"])
-    checkpoint = empty_checkpoint()
-    version = slow.get_next_version(None, None)
-    checkpoint["channel_values"] = {"value": "v2"}
-    checkpoint["channel_versions"] = {"value": version}
-    writer = ops.put(slow.engine.context, first, checkpoint, {"source": "loop", "step": 1},
-                     {"value": version})
-    tiers = slow.engine.tiers()
-    request = next(writer)
-    while getattr(request, "script", None) != "put":  # up to its Redis update
-        request = writer.send(tiers.execute(request, _no_effects))
+    writer = Stepped(slow, _put_op(slow, first, "v2"))
+    writer.until(_script("put"))  # committed; its Redis update is next
     latest = other.get_tuple(_config(thread))
     assert latest is not None and latest.checkpoint["channel_values"]["value"] == "v2"
     _put(other, latest.config, "v3")
-    _forget_hot(slow, thread)
-    with pytest.raises(StopIteration):
-        writer.send(tiers.execute(request, _no_effects))
+    assert _value(other, _config(thread)) == "v3"  # served by Redis's index, started at v3
+    if fault == "redis-emptied":
+        _forget_hot(slow, thread)
+    else:
+        client = redis.Redis.from_url(REDIS_URL)
+        client.delete(ThreadKeys(slow.config.key_prefix, thread).registry)
+        client.close()
+    writer.finish()
     for process in (slow, other, make_saver(write_mode="through")):
         assert _value(process, _config(thread)) == "v3"
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_warm_read_before_a_commit_never_lands_after_redis_lost_the_intent(
+    make_saver: Any,
+) -> None:
+    """A writer announces v2; Redis is emptied (the intent goes with it); a reader misses,
+    reads v1 from Postgres and is slow to warm; the writer commits v2 and its update
+    lands with nothing to join (no index, no intent). The update still tells Redis v2's
+    version, so the reader's warm of v1, landing last, is refused: every process reads v2."""
+    slow, reader = make_saver(write_mode="through"), make_saver(write_mode="through")
+    thread = f"t-{uuid.uuid4()}"
+    (first,) = _chain(slow, thread, ["v1"])
+    writer = Stepped(slow, _put_op(slow, first, "v2"))
+    writer.until(lambda request: isinstance(request, Cold))  # its intent is in Redis
+    _forget_hot(slow, thread)
+    read = Stepped(reader, ops.get_tuple(reader.engine.context, _config(thread)))
+    read.until(_script("warm"))  # a miss, then v1 from Postgres
+    writer.finish()  # v2 commits, and its update lands with nothing to join
+    assert read.finish().checkpoint["channel_values"]["value"] == "v1"  # read before v2
+    for process in (slow, reader, make_saver(write_mode="through")):
+        assert _value(process, _config(thread)) == "v2"
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_a_flush_whose_acknowledgement_was_lost_is_acknowledged_before_the_next(
+    make_saver: Any,
+) -> None:
+    """A flusher takes v2 from the journal; Redis is then emptied; a reader misses, reads
+    v1 from Postgres and is slow to warm; the flusher commits v2, but Redis cannot be
+    reached for its acknowledgement, and the reader's warm of v1 lands. The next flush
+    sends that acknowledgement first: Redis learns v2's version and drops the copy the
+    warm left, so every process reads v2 and Redis agrees with Postgres."""
+    flusher = make_saver(write_mode="behind", background_flush=False)
+    reader = make_saver(write_mode="behind", background_flush=False)
+    thread = f"t-{uuid.uuid4()}"
+    (first,) = _chain(flusher, thread, ["v1"])
+    flusher.flush()
+    _put(flusher, first, "v2")  # journaled, not in Postgres yet
+    ctx = flusher.engine.context
+    batch = Stepped(flusher, journal.flush_batch(ctx))
+    batch.until(lambda request: isinstance(request, Cold))  # taken from the journal
+    _forget_hot(flusher, thread)
+    client = redis.Redis.from_url(REDIS_URL)
+    client.delete(ctx.layout.journal(0), ctx.layout.journal_bytes(0))  # emptied, all of it
+    client.close()
+    read = Stepped(reader, ops.get_tuple(reader.engine.context, _config(thread)))
+    read.until(_script("warm"))  # a miss, then v1 from Postgres
+    batch.until(_script("flush_ack"))  # v2 commits
+    with pytest.raises(TierUnavailableError):
+        batch.op.throw(TierUnavailableError("Redis out of reach", tier="hot"))
+    read.finish()  # v1 lands in Redis
+    flusher.flush()
+    for process in (flusher, reader, make_saver(write_mode="behind")):
+        assert _value(process, _config(thread)) == "v2"
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_a_root_written_behind_never_hides_a_newer_head_redis_forgot(make_saver: Any) -> None:
+    """A run found a thread empty and made its first checkpoint; before it is stored,
+    another run writes v1 and v2 on the thread, they are flushed, and Redis forgets the
+    thread. The late root must not start an index of its own in Redis (which would serve
+    it, older than v2, as the thread's latest): it goes through Postgres, and every process
+    reads v2."""
+    late, other = make_saver(write_mode="behind"), make_saver(write_mode="behind")
+    thread = f"t-{uuid.uuid4()}"
+    root = empty_checkpoint()  # its id is older than v1's and v2's
+    version = late.get_next_version(None, None)
+    root["channel_values"] = {"value": "late root"}
+    root["channel_versions"] = {"value": version}
+    assert late.get_tuple(_config(thread)) is None
+    assert other.get_tuple(_config(thread)) is None
+    _chain(other, thread, ["v1", "v2"])
+    other.flush()
+    _forget_hot(other, thread)
+    late.put(_config(thread), root, {"source": "input", "step": -1}, {"value": version})
+    late.flush()
+    for process in (late, other, make_saver(write_mode="behind")):
+        assert _value(process, _config(thread)) == "v2"
 
 
 def test_reading_unknown_threads_leaves_only_short_lived_keys(make_saver: Any) -> None:

@@ -468,7 +468,8 @@ def test_a_request_built_before_redis_turned_out_to_be_a_cluster_is_not_sent(
     def intent() -> Generator[Any, Any, Exception | None]:
         first.open()  # meanwhile, the other driver learns that Redis is a cluster
         try:
-            yield Hot("intent", [keys.intents, keys.unflushed], ["token", 2**50])
+            yield Hot("intent", [keys.intents, keys.unflushed, keys.versions],
+                      ["token", 2**50, 0])
         except TierUnavailableError as exc:
             return exc
         return None

@@ -97,15 +97,20 @@ def test_a_read_drains_only_for_its_own_namespaces_entries(make_saver: Any) -> N
     """A subgraph's first read (a namespace Redis holds nothing of) on a thread whose root
     namespace has unflushed entries reads Postgres without draining them: nothing of that
     namespace is pending. A namespace with unflushed entries of its own whose hot copy was
-    evicted still drains first, and the read returns what was acknowledged."""
+    evicted still drains first, and the read returns what was acknowledged. (Each put
+    follows a read of its namespace, as a run's does: Redis then knows the namespace is
+    empty, and its first checkpoint stays in Redis.)"""
     saver = make_saver(flush_interval=IDLE)
     thread = f"t-{uuid.uuid4()}"
+    assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
     put_value(saver, thread, "root")
     assert saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "sub:1"}}) \
         is None
     assert cold_checkpoints(saver.config.schema, thread) == 0
     assert saver.health()["flush"]["unflushed"] == 1
 
+    assert saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "sub:2"}}) \
+        is None
     put_value(saver, thread, "inner", ns="sub:2")
     client = redis.Redis.from_url(REDIS_URL)
     client.delete(ThreadKeys(saver.config.key_prefix, thread).registry)  # as an eviction

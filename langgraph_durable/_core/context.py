@@ -263,6 +263,9 @@ class Context:
     # a cluster (`redis_cluster=None`: asked when the clients open)
     layout: Layout = field(default_factory=lambda: Layout("lgd"))
     flush_cursor: int = 0  # the shard this process's next flush batch is looked for first
+    # acknowledgements of flush batches that committed while Redis was out of reach, sent
+    # again before the next batch (`journal.flush_batch`)
+    unacknowledged: deque[Any] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.layout = layout_of(self.config, cluster=self.config.redis_cluster is True)
@@ -273,6 +276,7 @@ class Context:
         self.consumer = consumer
         self.breaker.forked()
         self.cache.forked()
+        self.unacknowledged = deque()  # the parent's to send
 
     @property
     def codec(self) -> Codec:

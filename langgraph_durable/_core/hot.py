@@ -69,13 +69,20 @@ def announce(ctx: Context, keys: ThreadKeys, *, current: bool = False) -> Op[str
     """
     token = secrets.token_hex(16)
     dirty = yield from try_hot(
-        ctx, Hot("intent", [keys.intents, keys.unflushed], [token, ctx.deadline_ms])
+        ctx,
+        Hot("intent", [keys.intents, keys.unflushed, keys.versions],
+            [token, ctx.deadline_ms, ctx.ttl_ms]),
     )
     if dirty is None:
         return None
     if current and int(dirty):
         yield from journal.flush(ctx, timeout=None, thread_ids=[keys.thread_id])
     return token
+
+
+def release(keys: ThreadKeys, token: str) -> Hot:
+    """Clear a write intent (and its mark) that committed nothing, or a sweep's claim."""
+    return Hot("release", [keys.intents, keys.versions], [token])
 
 
 def stale_marks(ctx: Context, thread_ids: Sequence[str]) -> list[Statement]:

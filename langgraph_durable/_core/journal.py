@@ -40,7 +40,7 @@ from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWr
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
-from langgraph_durable.errors import WriteRejectedError
+from langgraph_durable.errors import TierUnavailableError, WriteRejectedError
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -342,7 +342,9 @@ def flush_batch(ctx: Context, consumer: str | None = None, *, shard: int | None 
     journal (entries Postgres rejected, now dead letters, included). ``consumer`` names
     the flusher in the group (default: this process's background flusher). ``shard``: the
     journal to take it from; default: the next shard, in turn, that holds entries (0 when
-    none has any)."""
+    none has any). Acknowledgements that could not be sent since a batch committed go
+    first."""
+    yield from _acknowledge_late(ctx)
     if shard is not None or ctx.layout.shards == 1:
         return (yield from _flush_shard(ctx, consumer, shard or 0))
     states = yield from _states(ctx, range(ctx.layout.shards))
@@ -356,6 +358,23 @@ def flush_batch(ctx: Context, consumer: str | None = None, *, shard: int | None 
             ctx.flush_cursor = k + 1  # the next batch starts at the next shard: fair
             return moved
     return 0
+
+
+def _acknowledge_late(ctx: Context) -> Op[None]:
+    """Send again the acknowledgements of batches that committed while Redis could not be
+    reached (acknowledging twice is harmless: entries no longer pending only drop their
+    thread's copy, which reads warm back from Postgres)."""
+    while ctx.unacknowledged:
+        try:
+            acknowledgement = ctx.unacknowledged.popleft()
+        except IndexError:
+            return None
+        try:
+            yield acknowledgement
+        except TierUnavailableError:
+            ctx.unacknowledged.appendleft(acknowledgement)
+            raise
+    return None
 
 
 def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
@@ -403,7 +422,16 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
     for row in versions:
         keys = ctx.layout.thread(row["thread_id"])
         ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
-    yield Hot("flush_ack", [journal, layout.dead(shard), layout.journal_bytes(shard)], ack)
+    acknowledgement = Hot("flush_ack", [journal, layout.dead(shard), layout.journal_bytes(shard)],
+                          ack)
+    try:
+        yield acknowledgement
+    except TierUnavailableError:
+        # committed: Redis must still hear of it (the versions the commit gave, and the
+        # copies to drop if Redis lost the entries meanwhile), or a warm read before the
+        # commit could land after it
+        ctx.unacknowledged.append(acknowledgement)
+        raise
     for entry_id, reason in rejected:
         logger.warning(
             "flush: journal entry %s moved to the dead letters (`langgraph-durable "
@@ -493,6 +521,7 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
     it never takes over a batch this process's background flusher is committing (that
     flusher's late commit could otherwise land after a delete that this drain let pass).
     """
+    yield from _acknowledge_late(ctx)
     layout = ctx.layout
     shards = sorted(
         range(layout.shards) if thread_ids is None else {layout.shard(t) for t in thread_ids}

@@ -16,7 +16,10 @@ every key of a thread carries the thread's own tag, and the journal is one strea
                                                      of that checkpoint not yet in Postgres
     <prefix>:{<b64 thread>}:v                  HASH  "<b64 ns>" -> newest version of the
                                                      namespace seen; "*" -> tombstone;
-                                                     "!" -> warm ticket (see GET_SCRIPT)
+                                                     "!" -> warm ticket (see GET_SCRIPT);
+                                                     "^<token>" -> a write intent's mark;
+                                                     "~<b64 ns>:" -> the namespace was
+                                                     read empty (KNOWN_EMPTY_SCRIPT)
     <prefix>:journal                           STREAM write-behind flush journal
     <prefix>:journal:bytes                     STRING payload bytes the journal holds
     <prefix>:dead                              STREAM journal entries Postgres rejected

@@ -39,6 +39,13 @@ local function raise_version(vkey, field, version)
     redis.call('HSET', vkey, field, version)
   end
 end
+-- Clear a write-through writer's intent and its mark in the versions hash (see INTENT).
+local function clear_intent(intents, vkey, token)
+  if token ~= '' then
+    redis.call('ZREM', intents, token)
+    redis.call('HDEL', vkey, '^' .. token)
+  end
+end
 -- Delete a thread's hot copy: every key its registry lists, and the registry. Returns how
 -- many keys it listed. (The unflushed hash and the versions hash are not listed.)
 local function drop_copy(registry)
@@ -152,21 +159,29 @@ return out
 )
 
 # Clear a write intent whose write committed nothing (the head had moved on).
-# KEYS[1] intents  ARGV[1] token
-RELEASE_SCRIPT = """
-return redis.call('ZREM', KEYS[1], ARGV[1])
+# KEYS[1] intents  KEYS[2] versions hash  ARGV[1] token
+RELEASE_SCRIPT = _PRELUDE + """
+clear_intent(KEYS[1], KEYS[2], ARGV[1])
+return 1
 """
 
 # Announce a write-through write before its Postgres transaction. The set has no TTL, so
 # neither expiry nor a volatile-* eviction policy removes an intent whose writer died after
 # committing: it keeps readers on Postgres until a warm clears it (Redis deletes the set
-# when its last intent goes).
-# KEYS[1] intents  KEYS[2] the thread's unflushed hash  ARGV[1] token
-# ARGV[2] deadline (ms since epoch)
+# when its last intent goes). The intent also marks the versions hash ("^<token>"): while
+# the mark is there, Redis has kept every version raised since the intent (an eviction or
+# a drop takes the whole hash), which is what lets the update after the commit start a
+# fresh index (see the put scripts).
+# KEYS[1] intents  KEYS[2] the thread's unflushed hash  KEYS[3] versions hash
+# ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] ttl ms (0: none)
 # returns 1 if the thread has write-behind entries not yet flushed, else 0
 INTENT_SCRIPT = """
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('PERSIST', KEYS[1])
+redis.call('HSET', KEYS[3], '^' .. ARGV[1], 1)
+if tonumber(ARGV[3]) > 0 and redis.call('PTTL', KEYS[3]) == -1 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
 return redis.call('EXISTS', KEYS[2])
 """
 
@@ -193,16 +208,21 @@ return 1
 #
 # Write-through (after the Postgres commit): a write older than the thread's tombstone
 # (the thread was deleted or invalidated after it committed) changes nothing, and so does
-# one that was not the namespace's head when it committed, or whose intent Redis lost,
-# unless Redis holds the namespace's index (a fresh index must start at the true head,
-# also when only the index was evicted and the registry still lists it); otherwise the
-# namespace's version rises to the committed one.
+# one that cannot start a fresh index, unless Redis holds the namespace's index (a fresh
+# index must start at the true head, also when only the index was evicted and the registry
+# still lists it). Starting one takes a put committed as the head whose intent still
+# stands, with its mark (Redis kept the thread's versions since), and no newer version of
+# the namespace: an update that lands late (its writer stalled, or it was sent without
+# waiting) after a newer put of another writer landed and the index was evicted must not
+# bring back the older head. Either way the namespace's version rises to the committed
+# one, so a warm built from a Postgres read before this commit is refused.
 # Write-behind (the write itself): when ARGV[12] is "1" the checkpoint must extend the
 # namespace's head: its parent (or itself, a retry) must be the latest id of the index.
-# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot or (any
-# write-behind put) a write-through write or a sweep of the thread is in flight (the caller
-# then writes through Postgres, which knows the head; its intent tells it whether to drain
-# the journal first).
+# Replies {"conflict", head} if it is not, and {"cold"} when the index is not hot (a root
+# too, unless a read found the namespace empty since Redis last heard of it: an index it
+# started could hide a newer head Postgres holds) or a write-through write or a sweep of
+# the thread is in flight (the caller then writes through Postgres, which knows the head;
+# its intent tells it whether to drain the journal first).
 # KEYS[1] intents  KEYS[2] index(ns)  KEYS[3] blobs(ns)  KEYS[4] checkpoint  KEYS[5] registry
 # KEYS[6] the thread's unflushed hash  KEYS[7] the thread's versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -219,26 +239,47 @@ local version = tonumber(ARGV[11])
 local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
 if version > 0 then
   local _, tomb = held(KEYS[7], ARGV[13])
-  -- a fresh index needs a put committed as the head whose intent still stands: a Redis
-  -- that lost the intent (emptied, restarted) also lost the versions of any put that
-  -- committed after this one, so this one may no longer be the head
+  -- a fresh index needs a put committed as the head whose intent still stands, and whose
+  -- mark shows Redis kept the versions since: a Redis that lost the intent (emptied,
+  -- restarted) also lost the versions of any put that committed after this one; one that
+  -- kept them knows of any newer put that landed
+  local newest, tomb = held(KEYS[7], ARGV[13])
   local fresh = ARGV[12] == 'h' and redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if version < tomb or (not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
-                                       or redis.call('EXISTS', KEYS[2]) == 0))
-  then
-    if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+    and redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 1 and version >= newest
+  if version < tomb then
+    clear_intent(KEYS[1], KEYS[7], ARGV[1])
+    return 0
+  end
+  if not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
+                    or redis.call('EXISTS', KEYS[2]) == 0) then
+    -- nothing to join: Redis still learns the version, so a warm read before this commit
+    -- (a reader that missed after Redis lost the intent) is refused when it lands later
+    raise_version(KEYS[7], ARGV[13], version)
+    settle_versions(KEYS[7], ttl)
+    clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
   end
 end
 -- write-behind while a write through Postgres (or a sweep) is in flight on the thread (its
 -- intent): Postgres orders the two
-if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
-if ARGV[12] == '1' then
-  local cold = {'cold'}
-  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then return cold end
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1)
-  if #last == 0 then return cold end
-  if last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then return {'conflict', last[1]} end
+if version == 0 then
+  if redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
+  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then
+    -- a namespace Redis does not hold goes through Postgres, which knows its head (an
+    -- index started here could hide a newer one), unless this is a root of a namespace a
+    -- read found empty since Redis last heard of it (see KNOWN_EMPTY)
+    if ARGV[12] ~= '0' or redis.call('HEXISTS', KEYS[7], '~' .. ARGV[13]) == 0
+       or held(KEYS[7], ARGV[13]) > 0 then
+      return {'cold'}
+    end
+    redis.call('HDEL', KEYS[7], '~' .. ARGV[13])
+  else
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1)
+    if #last == 0 then return {'cold'} end
+    if ARGV[12] == '1' and last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then
+      return {'conflict', last[1]}
+    end
+  end
 end
 adopt(KEYS[5], KEYS[2], KEYS[3], prefix)
 redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7],
@@ -247,7 +288,7 @@ redis.call('ZADD', KEYS[2], 0, ARGV[3])
 if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 15, 14 + 2 * n)) end
 redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
 if version > 0 then raise_version(KEYS[7], ARGV[13], version) end
-if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+clear_intent(KEYS[1], KEYS[7], ARGV[1])
 for i = 2, 5 do settle(KEYS[i], ttl) end
 settle_versions(KEYS[7], ttl)
 local keep = tonumber(ARGV[8])
@@ -350,7 +391,7 @@ local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[6])
 local version = tonumber(ARGV[4])
 local function done()
-  if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+  clear_intent(KEYS[1], KEYS[7], ARGV[1])
 end
 if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
 local newest, tomb = held(KEYS[7], ARGV[5])
@@ -406,10 +447,11 @@ WARM_SCRIPT = (
     + """
 local head = ARGV[10] == 'head'
 if head and redis.call('HGET', KEYS[7], '!') ~= ARGV[12] then return 0 end
-local expired = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+for _, token in ipairs(expired) do clear_intent(KEYS[1], KEYS[7], token) end
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
 if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
-if expired > 0 then
+if #expired > 0 then
   -- a writer died between its commit and its Redis update, in any namespace of the
   -- thread: the intent protected them all, so the whole copy goes before it does
   drop_copy(KEYS[5])
@@ -435,6 +477,26 @@ return 1
 """
 )
 
+# Write-behind: a read of a namespace's latest checkpoint that missed in Redis found none
+# in Postgres either. Marks the namespace known empty ("~<field>" in the versions hash), so
+# the first root written behind may start its index in Redis. Refused (0) when anything
+# may have happened to the namespace since the miss handed out its ticket: the ticket has
+# gone (Redis lost the hash), a write-through write or sweep is in flight, entries wait
+# for a flush, the index is in the copy, or Redis knows a version or tombstone of it (a
+# drop also takes the mark, with the hash).
+# KEYS[1] intents  KEYS[2] registry  KEYS[3] unflushed hash  KEYS[4] versions hash
+# KEYS[5] index(ns)  ARGV[1] ticket  ARGV[2] versions field of the namespace
+# returns 1 if marked, 0 if refused
+KNOWN_EMPTY_SCRIPT = _PRELUDE + """
+if redis.call('HGET', KEYS[4], '!') ~= ARGV[1] then return 0 end
+if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if redis.call('SISMEMBER', KEYS[2], KEYS[5]) == 1 then return 0 end
+if held(KEYS[4], ARGV[2]) > 0 then return 0 end
+redis.call('HSET', KEYS[4], '~' .. ARGV[2], 1)
+return 1
+"""
+
 # Drop every hot key of a thread and clear the caller's intent (if any), leaving a
 # tombstone version: a copy read from Postgres before the change that caused the drop is
 # older than it, so no write or warm can bring it back. The unflushed hash stays: it
@@ -455,7 +517,7 @@ if tomb > 0 then
   local ttl = tonumber(ARGV[3])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
 end
-if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+clear_intent(KEYS[1], KEYS[3], ARGV[1])
 return dropped
 """
 

@@ -291,6 +291,14 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
         )
     rows = (yield Cold.one(query, params, fetch=True, binary=True))[0]
     if not rows:
+        if ctx.config.write_mode == "behind" and where.checkpoint_id is None and (
+            reply is not None and reply[0] == b"miss"
+        ):  # the run that reads this next writes a root: it may start the index in Redis
+            yield from try_hot(ctx, Hot(
+                "known_empty",
+                [keys.intents, keys.registry, keys.unflushed, keys.versions, keys.index(ns)],
+                [reply[2], keys.version_field(ns)],
+            ))
         return None
     row = rows[0]
     tup = yield from _cold_tuple(ctx, row)

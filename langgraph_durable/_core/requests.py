@@ -22,6 +22,7 @@ ScriptName = Literal[
     "put",
     "put_writes",
     "warm",
+    "known_empty",
     "drop_thread",
     "put_behind",
     "put_writes_behind",

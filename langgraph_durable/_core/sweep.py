@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from langgraph_durable._core.context import Context, SweepReport
-from langgraph_durable._core.hot import drop_many, try_hot
+from langgraph_durable._core.hot import drop_many, release, try_hot
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable._core.sweep_sql import statements
 from langgraph_durable._core.writes import (
@@ -131,10 +131,7 @@ def _claim(ctx: Context, thread_ids: Sequence[str], report: SweepReport) -> Op[d
 
 def _release(ctx: Context, claimed: dict[str, str]) -> Op[None]:
     if claimed:
-        releases = tuple(
-            Hot("release", [ctx.layout.thread(t).intents], [token])
-            for t, token in claimed.items()
-        )
+        releases = tuple(release(ctx.layout.thread(t), token) for t, token in claimed.items())
         yield from try_hot(ctx, HotBatch(releases))
     return None
 

@@ -23,7 +23,15 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context, new_version
-from langgraph_durable._core.hot import announce, bypassed, commit, drop, stale_marks, try_hot
+from langgraph_durable._core.hot import (
+    announce,
+    bypassed,
+    commit,
+    drop,
+    release,
+    stale_marks,
+    try_hot,
+)
 from langgraph_durable._core.journal import (
     pack_checkpoint_entry,
     pack_writes_entry,
@@ -118,7 +126,8 @@ def _write(
     (``None`` when the write went to Redis alone).
 
     Write-behind: one hot script stores the change and journals ``entry``; while Redis is
-    bypassed it raises rather than write Postgres under entries Redis may still hold.
+    bypassed it raises rather than write Postgres under entries Redis may still hold (also
+    when the script sends it through Postgres and then its intent cannot be recorded).
     Write-through, or write-behind for a thread Redis does not hold: intent, Postgres
     commit, then the hot script with the committed version (which clears the intent).
     ``hot(token, ttl, committed row, journal)`` builds the script call.
@@ -142,23 +151,22 @@ def _write(
             yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
         # "cold": through Postgres below (the intent tells whether to drain first)
     token = yield from announce(ctx, keys, current=True)
+    if token is None and ctx.config.write_mode == "behind":
+        # no intent, so other savers' write-behind writes of the thread would go on in
+        # Redis, unordered with this commit: fail closed, as with Redis bypassed
+        raise bypassed(where.thread_id)
     try:
         rows: list[dict[str, Any]] = (
             yield from commit(ctx, token, [keys.thread_id], [statement()])
         )[0]
     except WriteRejectedError:
         if token is not None:
-            yield from try_hot(ctx, _release(keys, token))
+            yield from try_hot(ctx, release(keys, token))
         raise
     if token is not None:
         applied = hot(token, ctx.ttl_ms, rows[0], None) if rows else None
-        yield from try_hot(ctx, applied or _release(keys, token))
+        yield from try_hot(ctx, applied or release(keys, token))
     return rows
-
-
-def _release(keys: ThreadKeys, token: str) -> Hot:
-    """Clear a write intent that committed nothing."""
-    return Hot("release", [keys.intents], [token])
 
 
 def _conflict(ctx: Context, where: Location, expected: str | None, head: str | None) -> Op[None]:

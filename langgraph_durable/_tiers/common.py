@@ -76,6 +76,7 @@ SCRIPTS = {
     "put": lua.PUT_SCRIPT,
     "put_writes": lua.PUT_WRITES_SCRIPT,
     "warm": lua.WARM_SCRIPT,
+    "known_empty": lua.KNOWN_EMPTY_SCRIPT,
     "drop_thread": lua.DROP_THREAD_SCRIPT,
     "put_behind": lua.PUT_BEHIND_SCRIPT,
     "put_writes_behind": lua.PUT_WRITES_BEHIND_SCRIPT,

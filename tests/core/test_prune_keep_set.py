@@ -66,7 +66,7 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         empty_journal("t"),
         (cold(st.no_jit_sql, st.prune_scan_sql), [None, [_row("c1", None, stored=["m"]),
                                                   _row("c2", "c1", counters={"m": 1})]]),
-        (hot("intent", [keys.intents, keys.unflushed]), 0),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
         (cold(st.tombstone_sql, st.no_jit_sql, st.lock_heads_sql, st.prune_delete_sql,
               st.delete_orphan_blobs_sql, st.rebuild_heads_sql),
          [[{"version": 17}], None, None, [], None, None]),

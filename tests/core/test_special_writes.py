@@ -42,7 +42,7 @@ def test_put_writes_sends_one_special_write_to_both_tiers(ctx: Context) -> None:
     config = {"configurable": {"thread_id": THREAD, "checkpoint_ns": "", "checkpoint_id": "c1"}}
     keys = ThreadKeys("t", THREAD)
     script = Script([
-        (hot("intent", [keys.intents, keys.unflushed]), 0),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
         (cold(ctx.statements.put_writes_sql), [[{"version": 8}]]),
         (hot("put_writes", [keys.intents, keys.checkpoint("", "c1"), keys.registry,
                             keys.unflushed, keys.index(""), keys.blobs(""), keys.versions]), 1),

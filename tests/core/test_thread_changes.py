@@ -19,7 +19,7 @@ def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context)
     keys = ThreadKeys("t", "a")
     script = Script([
         empty_journal("t"),
-        (hot("intent", [keys.intents, keys.unflushed]), 0),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
         (cold(st.tombstone_sql, st.delete_threads_sql,
               ledger_statements("s").delete_threads), [[{"version": 40}], None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 3),
@@ -58,7 +58,7 @@ def test_copy_rebuilds_the_targets_heads_and_drops_only_the_target(ctx: Context)
     target = ThreadKeys("t", "b")
     script = Script([
         empty_journal("t"),
-        (hot("intent", [target.intents, target.unflushed]), 0),
+        (hot("intent", [target.intents, target.unflushed, target.versions]), 0),
         (cold(st.tombstone_sql, st.copy_thread_sql, ledger_statements("s").copy_thread,
               st.rebuild_heads_sql), [[{"version": 50}], None, None, None]),
         (hot("drop_thread", [target.intents, target.registry, target.versions,

@@ -42,9 +42,9 @@ def test_write_through_put_on_a_moved_head_raises_and_releases_its_intent(
     keys = ThreadKeys("t", THREAD)
     st = ctx.statements
     script = Script([
-        (hot("intent", [keys.intents, keys.unflushed]), 0),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
         (cold(st.put_checkpoint_sql), [[]]),
-        (hot("release", [keys.intents]), 1),
+        (hot("release", [keys.intents, keys.versions]), 1),
         (cold(st.head_sql), [[{"head": "1f0-other", "run_id": "run-9"}]]),
     ])
     with pytest.raises(ThreadConflictError) as raised:

@@ -39,7 +39,7 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     st = ctx.statements
     ctx.marks.checked()
     script = Script([
-        (hot("intent", [keys.intents, keys.unflushed]), hot_down()),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), hot_down()),
         (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
          [[{"version": 9, "head": "x"}], None, None]),
     ])
@@ -79,7 +79,7 @@ def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
     checkpoint_id, op = _put(ctx)
     keys = ThreadKeys("t", THREAD)
     script = Script([
-        (hot("intent", [keys.intents, keys.unflushed]), 0),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
         (cold(ctx.statements.put_checkpoint_sql), [[{"version": 7, "head": checkpoint_id}]]),
         (hot("put", [keys.intents, keys.index(""), keys.blobs(""),
                      keys.checkpoint("", checkpoint_id), keys.registry, keys.unflushed,
@@ -127,3 +127,23 @@ def test_write_behind_put_with_redis_down_fails_closed(
     _, again = _put(ctx)
     with pytest.raises(TierUnavailableError, match="hot"):
         next(again)
+
+
+def test_write_behind_put_sent_through_postgres_fails_closed_when_its_intent_cannot_be_set(
+        make_ctx: Callable[..., Context]) -> None:
+    """Write-behind: the script sends the put through Postgres (a write-through write of the
+    thread is in flight), then Redis cannot be reached for the intent. The put raises
+    TierUnavailableError(tier="hot") without committing: with no intent, another saver's
+    write-behind write of the thread would extend the same head in Redis, unordered with
+    this commit, and fork the thread."""
+    ctx = make_ctx(write_mode="behind")
+    _, op = _put(ctx)
+    keys = ThreadKeys("t", THREAD)
+    script = Script([
+        (hot("put_behind"), [b"cold"]),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), hot_down()),
+    ])
+    with pytest.raises(TierUnavailableError) as raised:
+        script.run(op)
+    assert raised.value.tier == "hot" and THREAD in str(raised.value)
+    assert script.done

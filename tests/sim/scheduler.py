@@ -288,6 +288,7 @@ class Sim:
                 error = exc
             else:
                 record.hot_written |= isinstance(request, Hot) and request.script in HOT_WRITES
+                record.wrote = self.clock
                 if (self.faults and lane.name != "*" and self.rng.random() < self.p.lost_rate
                         and "lost" in self.p.faults):
                     fault, error = "lost", TierUnavailableError(

@@ -51,7 +51,9 @@ class Record:
     """What became of one call: scheduler steps at its start and end, and its outcome.
 
     ``acked`` is True only when the operation returned; one that raised may or may not
-    have taken effect. ``hot_written`` tells whether a hot write script of it ran.
+    have taken effect. ``hot_written`` tells whether a hot write script of it ran;
+    ``wrote`` is the step of its last request that ran and that it waited for (a put's
+    commit: an update sent without waiting comes after it but does not order it).
     """
 
     id: int
@@ -63,6 +65,7 @@ class Record:
     error: str = ""
     result: Any = None
     hot_written: bool = False
+    wrote: int = -1
 
     @property
     def finished(self) -> bool:
