@@ -37,7 +37,7 @@ import redis
 
 from langgraph_durable import DurableSaver
 from tests.conftest import POSTGRES_URL, REDIS_URL
-from tests.sim.core import MARK_INTERVAL, Latencies, SaverConfig, Tiers
+from tests.sim.core import MARK_INTERVAL, Latencies, SaverConfig, Tiers, writes
 from tests.sim.invariants import Checker, Violation
 from tests.sim.scheduler import FAULTS, Env, Params, Sim, short
 from tests.sim.workload import DESTROYS
@@ -165,12 +165,18 @@ def test_replay(env: Env) -> None:
 # a lost-reply root (3136), a stale copy after a wipe (24, 145, 219, 1360); through:
 # a warm that straddled a wipe (1696), a late apply after a wipe starting a fresh index
 # (5583), a non-head apply refilling an evicted index (2800), a late acknowledgement of a
-# checkpoint already extended (1292, 5305: one line, not a fork).
+# checkpoint already extended (1292, 5305: one line, not a fork). Since updates are sent
+# without waiting: a late apply starting a fresh index after an eviction (through 418), a
+# lost-reply fork extended by the next read and a commit acknowledged after a later fork
+# (773, 1020: the checker), a flush acknowledgement lost after Redis was emptied (behind
+# 2786), a root hiding a newer head Redis forgot (3178), a write sent through Postgres
+# without its intent (593).
 REGRESSION_SEEDS = [
     *((seed, "through")
-      for seed in (20, 29, 111, 217, 297, 344, 888, 1292, 1309, 1334, 1696, 1981, 2800, 3109,
-                   5305, 5583)),
-    *((seed, "behind") for seed in (24, 145, 219, 267, 321, 785, 1360, 2486, 2937, 3126)),
+      for seed in (20, 29, 111, 217, 297, 344, 418, 773, 888, 1020, 1292, 1309, 1334, 1696,
+                   1981, 2800, 3109, 5305, 5583)),
+    *((seed, "behind")
+      for seed in (24, 145, 219, 267, 321, 593, 785, 1360, 2486, 2786, 2937, 3126, 3178)),
 ]
 
 
@@ -179,6 +185,25 @@ def test_seeds_that_once_broke_the_protocol(env: Env, seed: int, mode: str) -> N
     """Each interleaving that once broke an invariant holds every invariant now."""
     sim, violations = run_seed(env, seed, mode)
     assert not violations, explain(seed, mode, sim, violations)
+
+
+def test_checker_sees_a_write_without_intent_served_stale(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulation is not blind to updates sent without waiting: a write-through writer
+    that skipped its intent (so nothing keeps readers off Redis until its update lands)
+    is caught serving an older checkpoint than an acknowledged one (I1)."""
+
+    def no_intent(ctx: object, keys: object, **_: object) -> Iterator[None]:
+        return "skipped"  # type: ignore[return-value]
+        yield
+
+    monkeypatch.setattr(writes, "announce", no_intent)
+    for seed in range(400):
+        _, violations = run_seed(env, seed, "through")
+        if any(v.invariant == "I1" for v in violations):
+            return
+    pytest.fail("400 seeds without an intent, and no stale read was seen")
 
 
 @pytest.mark.parametrize("mode", ["through", "behind"])

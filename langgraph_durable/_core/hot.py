@@ -60,22 +60,24 @@ def bypassed(thread_id: str) -> TierUnavailableError:
     )
 
 
-def announce(ctx: Context, keys: ThreadKeys, *, current: bool = False) -> Op[str | None]:
+def announce(ctx: Context, keys: ThreadKeys, *, ns: str | None = None) -> Op[str | None]:
     """Record a write intent; returns its token, or ``None`` if Redis is bypassed.
 
-    With ``current``, a thread that has write-behind entries not yet flushed (another
-    saver writes the prefix behind) is flushed first, so the Postgres commit that follows
-    sees the thread's head.
+    With ``ns``, the namespace about to be written: when it has write-behind entries not
+    yet flushed (another saver writes the prefix behind, or this one sends a write through
+    Postgres), they are flushed first, so the Postgres commit that follows sees its head.
+    Entries of the thread's other namespaces do not change that head, and do not wait.
     """
     token = secrets.token_hex(16)
+    member = "" if ns is None else keys.unflushed_member(ns, "")
     dirty = yield from try_hot(
         ctx,
         Hot("intent", [keys.intents, keys.unflushed, keys.versions],
-            [token, ctx.deadline_ms, ctx.ttl_ms]),
+            [token, ctx.deadline_ms, ctx.ttl_ms, member]),
     )
     if dirty is None:
         return None
-    if current and int(dirty):
+    if ns is not None and int(dirty):
         yield from journal.flush(ctx, timeout=None, thread_ids=[keys.thread_id])
     return token
 

@@ -39,6 +39,16 @@ local function raise_version(vkey, field, version)
     redis.call('HSET', vkey, field, version)
   end
 end
+-- Whether the thread's unflushed hash counts entries of the namespace whose members start
+-- with `prefix` ("<b64 ns>:"; "" for any namespace).
+local function unflushed(ukey, prefix)
+  if prefix == '' then return redis.call('EXISTS', ukey) end
+  local members = redis.call('HKEYS', ukey)
+  for i = 1, #members do
+    if string.sub(members[i], 1, #prefix) == prefix then return 1 end
+  end
+  return 0
+end
 -- Clear a write-through writer's intent and its mark in the versions hash (see INTENT).
 local function clear_intent(intents, vkey, token)
   if token ~= '' then
@@ -119,11 +129,7 @@ local function record(key, id, head)
   return out
 end
 local function dirty()
-  local members = redis.call('HKEYS', KEYS[5])
-  for i = 1, #members do
-    if string.sub(members[i], 1, #ARGV[6]) == ARGV[6] then return 1 end
-  end
-  return 0
+  return unflushed(KEYS[5], ARGV[6])
 end
 local function ticket()
   local held_ticket = redis.call('HGET', KEYS[6], '!')
@@ -174,15 +180,16 @@ return 1
 # fresh index (see the put scripts).
 # KEYS[1] intents  KEYS[2] the thread's unflushed hash  KEYS[3] versions hash
 # ARGV[1] token  ARGV[2] deadline (ms since epoch)  ARGV[3] ttl ms (0: none)
-# returns 1 if the thread has write-behind entries not yet flushed, else 0
-INTENT_SCRIPT = """
+# ARGV[4] the written namespace's unflushed member prefix ("<b64 ns>:"; "": any)
+# returns 1 if that namespace has write-behind entries not yet flushed, else 0
+INTENT_SCRIPT = _PRELUDE + """
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('PERSIST', KEYS[1])
 redis.call('HSET', KEYS[3], '^' .. ARGV[1], 1)
 if tonumber(ARGV[3]) > 0 and redis.call('PTTL', KEYS[3]) == -1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
-return redis.call('EXISTS', KEYS[2])
+return unflushed(KEYS[2], ARGV[4])
 """
 
 # A sweep's claim on a thread before it deletes any of it: an intent, taken only while no
@@ -481,16 +488,17 @@ return 1
 # in Postgres either. Marks the namespace known empty ("~<field>" in the versions hash), so
 # the first root written behind may start its index in Redis. Refused (0) when anything
 # may have happened to the namespace since the miss handed out its ticket: the ticket has
-# gone (Redis lost the hash), a write-through write or sweep is in flight, entries wait
-# for a flush, the index is in the copy, or Redis knows a version or tombstone of it (a
-# drop also takes the mark, with the hash).
+# gone (Redis lost the hash), a write-through write or sweep is in flight, entries of the
+# namespace wait for a flush, the index is in the copy, or Redis knows a version or
+# tombstone of it (a drop also takes the mark, with the hash).
 # KEYS[1] intents  KEYS[2] registry  KEYS[3] unflushed hash  KEYS[4] versions hash
 # KEYS[5] index(ns)  ARGV[1] ticket  ARGV[2] versions field of the namespace
+# ARGV[3] its unflushed member prefix
 # returns 1 if marked, 0 if refused
 KNOWN_EMPTY_SCRIPT = _PRELUDE + """
 if redis.call('HGET', KEYS[4], '!') ~= ARGV[1] then return 0 end
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if unflushed(KEYS[3], ARGV[3]) == 1 then return 0 end
 if redis.call('SISMEMBER', KEYS[2], KEYS[5]) == 1 then return 0 end
 if held(KEYS[4], ARGV[2]) > 0 then return 0 end
 redis.call('HSET', KEYS[4], '~' .. ARGV[2], 1)

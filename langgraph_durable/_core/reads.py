@@ -297,7 +297,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
             yield from try_hot(ctx, Hot(
                 "known_empty",
                 [keys.intents, keys.registry, keys.unflushed, keys.versions, keys.index(ns)],
-                [reply[2], keys.version_field(ns)],
+                [reply[2], keys.version_field(ns), keys.unflushed_member(ns, "")],
             ))
         return None
     row = rows[0]

@@ -40,11 +40,23 @@ ScriptName = Literal[
 
 @dataclass(frozen=True, slots=True)
 class Hot:
-    """Run one Lua script on the hot tier."""
+    """Run one Lua script on the hot tier.
+
+    With ``wait`` false the driver sends the script and goes on: the operation gets
+    ``None`` at once, and the reply is read before the connection's next use (a failure is
+    logged there, not raised). Only for a script whose effect nothing in the operation
+    waits for and whose failure costs speed, not correctness: a write-through update after
+    the commit, whose intent keeps readers on Postgres until it lands.
+    """
 
     script: ScriptName
     keys: Sequence[str]
     args: Sequence[str | bytes | int]
+    wait: bool = True
+
+    def sent_only(self) -> Hot:
+        """This request, without waiting for its reply."""
+        return Hot(self.script, self.keys, self.args, wait=False)
 
 
 @dataclass(frozen=True, slots=True)

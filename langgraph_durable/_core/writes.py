@@ -129,10 +129,13 @@ def _write(
     bypassed it raises rather than write Postgres under entries Redis may still hold (also
     when the script sends it through Postgres and then its intent cannot be recorded).
     Write-through, or write-behind for a thread Redis does not hold: intent, Postgres
-    commit, then the hot script with the committed version (which clears the intent).
+    commit, then the hot script with the committed version (which clears the intent),
+    in write-through sent without waiting for its reply: until it lands, the intent sends
+    readers to Postgres.
     ``hot(token, ttl, committed row, journal)`` builds the script call.
     """
-    if ctx.config.write_mode == "behind":
+    behind = ctx.config.write_mode == "behind"
+    if behind:
         layout = ctx.layout
         shard = layout.shard(where.thread_id)
         journal_entry = (  # the bounds are split evenly over the shards
@@ -150,8 +153,8 @@ def _write(
         if reply[0] == b"conflict":
             yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
         # "cold": through Postgres below (the intent tells whether to drain first)
-    token = yield from announce(ctx, keys, current=True)
-    if token is None and ctx.config.write_mode == "behind":
+    token = yield from announce(ctx, keys, ns=where.checkpoint_ns)
+    if token is None and behind:
         # no intent, so other savers' write-behind writes of the thread would go on in
         # Redis, unordered with this commit: fail closed, as with Redis bypassed
         raise bypassed(where.thread_id)
@@ -164,8 +167,11 @@ def _write(
             yield from try_hot(ctx, release(keys, token))
         raise
     if token is not None:
-        applied = hot(token, ctx.ttl_ms, rows[0], None) if rows else None
-        yield from try_hot(ctx, applied or release(keys, token))
+        update = hot(token, ctx.ttl_ms, rows[0], None) if rows else release(keys, token)
+        # write-through: the intent covers readers until this lands, so nothing waits for
+        # it; a write-behind write waits, or the thread's next write would find the intent
+        # and go through Postgres too
+        yield from try_hot(ctx, update if behind else update.sent_only())
     return rows
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+from collections import deque
 from collections.abc import Generator
 from typing import Any, TypeVar
 
@@ -24,6 +26,7 @@ from langgraph_durable._tiers.cluster import check_layout, cluster_mode
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
+    LOST_CONNECTION,
     REJECTED_ERRORS,
     REPLICATED_SCRIPTS,
     AsyncEffects,
@@ -41,6 +44,9 @@ from langgraph_durable._tiers.common import (
 from langgraph_durable.config import SaverConfig
 
 T = TypeVar("T")
+logger = logging.getLogger("langgraph_durable")
+# Redis connections a driver keeps out of its own pool for the next script (`Tiers._keep`).
+HELD = 8
 
 
 class Tiers:
@@ -59,6 +65,11 @@ class Tiers:
         self.scripts = Scripts()
         self.wait = replica_wait(config)
         self.pool = self.clients.postgres
+        # connections kept out of the pool for the next script, each with the request whose
+        # reply it owes (`Hot.wait` false) or None; a pool shared with the application
+        # (passed in) lends one at most
+        self._held: deque[tuple[Any, Hot | None]] = deque()
+        self.held = HELD if self.clients.owns_redis else 1
 
     async def open(self) -> None:
         if self.clients.owns_postgres:
@@ -132,14 +143,66 @@ class Tiers:
             return await self._cluster_hot(request)
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
-            conn = await pool.get_connection()
+            conn = await self._connection(pool)
+            replied = False
             try:
-                return await conn.retry.call_with_retry(
+                reply = await conn.retry.call_with_retry(
                     lambda: self._script(conn, request), lambda _: conn.disconnect())
+                replied = True
             finally:
-                await pool.release(conn)
+                if replied:
+                    owed = request if isinstance(request, Hot) and not request.wait else None
+                    await self._keep(pool, conn, owed)
+                else:
+                    await pool.release(conn)
+            return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
+
+    async def _connection(self, pool: Any) -> Any:
+        """A connection for the next script: the one kept last (its owed reply read
+        first), else one from the pool."""
+        try:
+            conn, owed = self._held.pop()
+        except IndexError:
+            return await pool.get_connection()
+        if owed is not None:
+            await self._settle(conn, owed)
+        return conn
+
+    async def _keep(self, pool: Any, conn: Any, owed: Hot | None) -> None:
+        """Keep ``conn`` for the next script instead of pooling it (a pool's checkout and
+        return cost more than a small script's round trip), with the request whose reply
+        it still owes (sent without waiting). Past `held` connections, the oldest is
+        settled and goes back to the pool."""
+        self._held.append((conn, owed))
+        if len(self._held) > self.held:
+            try:
+                oldest, sent = self._held.popleft()
+            except IndexError:
+                return
+            if sent is not None:
+                await self._settle(oldest, sent)
+            await pool.release(oldest)
+
+    async def _settle(self, conn: Any, request: Hot) -> None:
+        """Read the owed reply of a script sent without waiting. A server that lost the
+        script gets its source (and that reply is read now); a failure is logged, not raised:
+        it belongs to an operation that has returned, whose intent keeps readers on
+        Postgres until the intent's deadline."""
+        try:
+            try:
+                await conn.read_response()
+            except NoScriptError:
+                command = self.scripts.command(request, source=True)
+                await conn.send_packed_command(conn.pack_command(*command))
+                await conn.read_response()
+            self.scripts.sent(request)
+        except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
+            await conn.disconnect()
+            level = logging.DEBUG if isinstance(exc, LOST_CONNECTION) else logging.WARNING
+            logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
+                       "readers use Postgres until its intent's deadline", request.script, exc)
 
     async def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
         if isinstance(request, HotBatch):
@@ -149,6 +212,9 @@ class Tiers:
             if any(each.script in REPLICATED_SCRIPTS for each in request.requests):
                 await self._replicated(conn)
             return replies
+        if not request.wait:  # the reply is read before the connection's next use
+            await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
+            return None
         try:
             await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
             reply = await conn.read_response()
@@ -218,7 +284,14 @@ class Tiers:
         return await cursor.fetchall() if statement.fetch else None
 
     async def close(self) -> None:
-        """Close the clients the saver made (never the ones passed in)."""
+        """Close the clients the saver made (never the ones passed in), once the Redis
+        connections kept have read their owed replies and gone back to their pool."""
+        pool: Any = self.redis.connection_pool
+        while self._held:
+            conn, owed = self._held.popleft()
+            if owed is not None:
+                await self._settle(conn, owed)
+            await pool.release(conn)
         if self.clients.owns_postgres:
             await self.pool.close()
         if self.clients.owns_redis:

@@ -157,6 +157,8 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
     # a reply that is not the Redis protocol: redis_url names another kind of server
     redis.exceptions.InvalidResponse,
 )
+# A Redis connection that broke (the reply may never come), as opposed to a refusal.
+LOST_CONNECTION = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 # Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint
 # violations, 54 program limits such as the btree row size): no retry can succeed.
 REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (

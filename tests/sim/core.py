@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core import journal, ops
+from langgraph_durable._core import journal, ops, writes
 from langgraph_durable._core.context import (
     Breaker,
     Context,
@@ -49,6 +49,7 @@ __all__ = [
     "poll_marks",
     "recover_hot",
     "run",
+    "writes",
 ]
 
 recover_hot = ops.recover_hot

@@ -50,7 +50,10 @@ from tests.sim.workload import (
     process_main,
 )
 
-HOT_WRITES = ("put", "put_writes", "put_behind", "put_writes_behind", "drop_thread")
+# Scripts whose run tells Redis of a write: a write that ran one is never excused from I1
+# as one that bypassed Redis (a write-through intent keeps readers on Postgres until the
+# update after the commit lands, and that update is sent without waiting).
+HOT_WRITES = ("intent", "put", "put_writes", "put_behind", "put_writes_behind", "drop_thread")
 EXPECTED_ERRORS = (TierUnavailableError, ThreadConflictError)
 # Fault kinds: Redis wiped, a key evicted, a reply lost after the server applied the
 # request, Redis unreachable from one process, a thread restored from an older Redis state
@@ -62,6 +65,8 @@ EXPECTED_ERRORS = (TierUnavailableError, ThreadConflictError)
 # covered; run it with LGD_SIM_FAULTS=...,restore.
 FAULTS = ("wipe", "evict", "lost", "unreachable")
 ALL_FAULTS = (*FAULTS, "restore")
+# Chance, before each step, that one request sent without waiting lands.
+LAND_RATE = 0.1
 FINISH_LIMIT = 3000  # steps the finish phase may take before the run is called stuck
 
 
@@ -158,6 +163,9 @@ class Sim:
         self.lost: set[int] = set()  # records whose effect a Redis wipe may have taken
         self.stuck = False
         self.faults = True
+        # hot requests sent without waiting (`Hot.wait` false): each lands at a later
+        # step drawn from the seed, or never (its connection died first)
+        self.in_flight: list[tuple[int, Record, Hot]] = []
 
     # ------------------------------------------------------------------ phases
 
@@ -168,6 +176,8 @@ class Sim:
         for _ in range(self.p.steps):
             if self.rng.random() < self.p.fault_rate:
                 self._fault()
+            if self.in_flight and self.rng.random() < LAND_RATE:
+                self._land()
             self._step(self._pick(self.lanes))
         self.faults = False
         self.hot_down.clear()
@@ -175,6 +185,8 @@ class Sim:
             if lane.name == "":
                 lane.actor = None
         for _ in range(FINISH_LIMIT):
+            if self.in_flight and self.rng.random() < LAND_RATE:
+                self._land()
             busy = [lane for lane in self.lanes if lane.record is not None]
             if not any(lane.name == "" for lane in busy):
                 if not busy:
@@ -185,6 +197,8 @@ class Sim:
         else:
             self.stuck = True
             return self.history
+        while self.in_flight:
+            self._land()
         self._drain()
         self._quiesce()
         return self.history
@@ -281,6 +295,8 @@ class Sim:
                 time.sleep(request.seconds)
         elif isinstance(request, Hot) and self.hot_down.get(lane.proc, -1) > self.clock:
             fault, error = "unreachable", TierUnavailableError("injected outage", tier="hot")
+        elif isinstance(request, Hot) and not request.wait:
+            self.in_flight.append((lane.proc, record, request))  # lands later: `_land`
         else:
             try:
                 value = execute(self.env.tiers, request)
@@ -326,6 +342,24 @@ class Sim:
         call = record.call
         where = f"[{short(call.thread)}{'/' + call.ns if call.ns else ''}]" if call.thread else ""
         self.trace.append(f"{self.clock:4d} {who} #{record.id} {call.kind}{where} {what}")
+
+    def _land(self) -> None:
+        """A request sent without waiting reaches Redis (or, with the lost-reply rate while
+        faults strike, never does: its connection died)."""
+        proc, record, request = self.in_flight.pop(self.rng.randrange(len(self.in_flight)))
+        lost = self.faults and "lost" in self.p.faults and self.rng.random() < self.p.lost_rate
+        if lost:
+            outcome = "!never"
+        else:
+            try:
+                execute(self.env.tiers, Hot(request.script, request.keys, request.args))
+            except Exception as exc:  # logged by the driver, never raised to the operation
+                outcome = f"-> {type(exc).__name__}"
+            else:
+                outcome = "landed"
+                record.hot_written |= request.script in HOT_WRITES
+        self._log(Lane(proc, "", self.contexts[0], None), record,
+                  f"H:{request.script} (sent earlier) {outcome}")
 
     # ------------------------------------------------------------------ faults
 
@@ -423,7 +457,7 @@ def _after(first: Op[Any], then: Op[Any]) -> Op[Any]:
 def describe(request: Request) -> str:
     """A request in a few characters: ``H:put``, ``C:2 stmts``, ``pause``."""
     if isinstance(request, Hot):
-        return f"H:{request.script}"
+        return f"H:{request.script}" + ("" if request.wait else " (sent)")
     if isinstance(request, Cold):
         return f"C:{len(request.statements)}"
     return "pause"
