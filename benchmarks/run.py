@@ -184,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path, md_path = report.write(args.output_dir)
     print(report.markdown())
     log.info("wrote %s and %s in %.0f s", json_path, md_path, report.meta["duration_s"])
+    figure = scaling.plot(report.tables, args.output_dir)
+    if figure is not None:
+        log.info("wrote %s", figure)
     return 1 if args.strict and report.has_errors() else 0
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, NamedTuple, Protocol, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     ChannelVersions,
@@ -197,43 +198,71 @@ def expect_checkpoint(
 # --- the chat graph of the macro and storage sections ---------------------------------------
 
 
+DELTA_SNAPSHOT_EVERY = 20
+"""Updates of the delta chat graph's messages between two full snapshots."""
+
+
 class ChatState(TypedDict):
     """A chat thread's state: messages merged by id."""
 
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-def _reply(node: str, state: ChatState) -> dict[str, list[AnyMessage]]:
+# What a chat node reads: `ChatState` or `DeltaChatState` (a plain mapping, so the node does
+# not tie the graph to either schema's channels).
+ChatView = Mapping[str, Any]
+
+
+def _reply(node: str, state: ChatView) -> dict[str, list[AnyMessage]]:
     return {"messages": [AIMessage(content=message_text(node, len(state["messages"])))]}
 
 
 class ChatNode(Protocol):
     """A node function as ``StateGraph.add_node`` types it (a coroutine result is ``Any``)."""
 
-    def __call__(self, state: ChatState) -> Any: ...
+    def __call__(self, state: ChatView) -> Any: ...
 
 
 def _sync_node(node: str) -> ChatNode:
-    def run(state: ChatState) -> dict[str, list[AnyMessage]]:
+    def run(state: ChatView) -> dict[str, list[AnyMessage]]:
         return _reply(node, state)
 
     return run
 
 
 def _async_node(node: str) -> ChatNode:
-    async def run(state: ChatState) -> dict[str, list[AnyMessage]]:
+    async def run(state: ChatView) -> dict[str, list[AnyMessage]]:
         return _reply(node, state)
 
     return run
 
 
-def chat_graph(*, async_nodes: bool) -> StateGraph[ChatState]:
+def _add_batches(state: list[AnyMessage] | None, writes: Sequence[Any]) -> list[AnyMessage]:
+    """``add_messages`` over a batch of writes, as `DeltaChannel` folds them."""
+    merged: list[AnyMessage] = list(state or [])
+    for write in writes:
+        merged = add_messages(merged, write)  # type: ignore[assignment]
+    return merged
+
+
+class DeltaChatState(TypedDict):
+    """`ChatState` whose messages live in a `DeltaChannel`: a checkpoint stores a sentinel
+    (a full snapshot every `DELTA_SNAPSHOT_EVERY` updates), and reads rebuild the list from
+    the writes along the parent chain."""
+
+    messages: Annotated[
+        list[AnyMessage], DeltaChannel(_add_batches, snapshot_frequency=DELTA_SNAPSHOT_EVERY)
+    ]
+
+
+def chat_graph(*, async_nodes: bool, delta: bool = False) -> StateGraph[Any]:
     """START → plan → act → reflect → END, each node appending one AI message.
 
     ``async_nodes`` gives coroutine nodes for ``ainvoke`` (sync nodes would run in a thread
-    pool there, which is not what an async agent does).
+    pool there, which is not what an async agent does); ``delta`` keeps the messages in a
+    `DeltaChannel` (`DeltaChatState`).
     """
-    builder = StateGraph(ChatState)
+    builder: StateGraph[Any] = StateGraph(DeltaChatState if delta else ChatState)
     previous = START
     for node in NODES:
         builder.add_node(node, _async_node(node) if async_nodes else _sync_node(node))

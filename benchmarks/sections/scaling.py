@@ -1,9 +1,12 @@
 """Scaling: how cost grows with concurrency, state size and history length.
 
-Three tables, each a row per saver and a column per point of growth (p50s, and for
+Three tables with a row per saver and a column per point of growth (p50s, and for
 concurrency the throughput), so a cost that grows faster than the others' stands out:
 throughput of the chat graph at N concurrent ``ainvoke``; ``put`` latency as the state grows
-from 1 KB to 1 MB; ``get_tuple`` (latest) and ``list(limit=10)`` as a thread grows.
+from 1 KB to 1 MB; ``get_tuple`` (latest) and ``list(limit=10)`` as a thread grows. Then
+what a thread costs: Redis memory per active and per idle thread, and Postgres bytes per
+step with and without `DeltaChannel`. `plot` draws the first three as
+``benchmarks/results/scaling.png``.
 """
 
 from __future__ import annotations
@@ -15,17 +18,20 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, ExitStack
+from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
+from benchmarks import infra
 from benchmarks.context import Context
 from benchmarks.report import SAVER, Column, Row, Table, error_row
-from benchmarks.savers import Saver, aopen_savers, open_savers
+from benchmarks.savers import Saver, aopen_savers, drain, open_savers, provisioned
 from benchmarks.sections import history
 from benchmarks.sections._common import build_fixtures, per_point
-from benchmarks.timing import Series, around_robin, round_robin, summarize
+from benchmarks.timing import Series, around_robin, describe, round_robin, summarize
 from benchmarks.workloads import (
     CHAT,
+    DELTA_SNAPSHOT_EVERY,
     CheckpointChain,
     chat_config,
     expect_checkpoint,
@@ -201,6 +207,143 @@ async def _concurrency(ctx: Context) -> Table:
     return table
 
 
+# --- what a thread costs in Redis, and what DeltaChannel saves in Postgres -------------------
+
+
+def _run_turns(saver: Saver, *, delta: bool, threads: int, turns: int) -> int:
+    """``turns`` invocations of the chat graph on each of ``threads`` threads; the steps."""
+    graph = CHAT.build(async_nodes=False, delta=delta).compile(checkpointer=saver)
+    for thread in range(threads):
+        thread_id = f"grow-{'delta' if delta else 'plain'}-{thread}"
+        for turn in range(turns):
+            graph.invoke(CHAT.inputs(thread_id, turn), chat_config(thread_id), durability="sync")
+        got = len(graph.get_state(chat_config(thread_id)).values.get("messages", ()))
+        if got != turns * CHAT.messages_per_invoke:  # DeltaChannel: rebuilt from the writes
+            raise AssertionError(f"thread {thread_id} holds {got} messages after {turns} turns")
+    return threads * turns * CHAT.steps_per_invoke
+
+
+def _redis_memory(ctx: Context) -> Table:
+    threads, turns = ctx.profile.storage_threads, ctx.profile.macro_invokes
+    table = Table(
+        SECTION,
+        "Scaling: Redis memory per thread",
+        (SAVER, Column("active_b", "active B/thread", "bytes"),
+         Column("idle_b", "idle B/thread", "bytes"), Column("keys", "keys/thread", "int")),
+        notes=[
+            f"{threads} threads x {turns} turns of the chat graph (durability=sync), one "
+            "after another. Active: `MEMORY USAGE` summed over the saver's prefix right after "
+            "the last turn (write-behind: with the journal entries not flushed yet); idle: "
+            "after `flush()`, what a thread keeps until `hot_ttl` (its last "
+            "`hot_checkpoints` checkpoints at most). Divided by the threads.",
+        ],
+    )
+    for spec in ctx.specs:
+        if not spec.tiered:
+            continue
+        log.info("%s: Redis memory of %s", SECTION, spec.name)
+        ns = provisioned(ctx.settings, spec, f"{SECTION}-memory")
+        try:
+            with spec.open(ns) as saver:
+                _run_turns(saver, delta=False, threads=threads, turns=turns)
+                _, active = infra.prefix_usage(ns.redis_url, ns.key_prefix)
+                drain(saver)
+                keys, idle = infra.prefix_usage(ns.redis_url, ns.key_prefix)
+        except Exception as exc:
+            table.rows.append(error_row(spec.name, describe(exc)))
+            continue
+        table.rows.append({"saver": spec.name, "active_b": active / threads,
+                           "idle_b": idle / threads, "keys": keys / threads})
+    return table
+
+
+def _delta_bytes(ctx: Context) -> Table:
+    threads, turns = ctx.profile.storage_threads, ctx.profile.macro_invokes
+    table = Table(
+        SECTION,
+        "Scaling: Postgres bytes per step, with and without DeltaChannel",
+        (SAVER, Column("plain_b", "add_messages B/step", "bytes"),
+         Column("delta_b", "DeltaChannel B/step", "bytes"),
+         Column("saved", "delta / plain", "ratio")),
+        notes=[
+            f"{threads} threads x {turns} turns of the chat graph, its messages in a plain "
+            "`add_messages` channel (each checkpoint stores the whole list) or in a "
+            f"`DeltaChannel` (a sentinel, a snapshot every {DELTA_SNAPSHOT_EVERY} updates; "
+            "reads replay the writes). Growth of `pg_total_relation_size` over the saver's "
+            "schema after a flush, per superstep.",
+        ],
+    )
+    for spec in ctx.specs:
+        if "postgres" not in spec.stores:
+            continue
+        log.info("%s: DeltaChannel bytes of %s", SECTION, spec.name)
+        row: Row = {"saver": spec.name}
+        try:
+            for delta in (False, True):
+                ns = provisioned(ctx.settings, spec, f"{SECTION}-{'delta' if delta else 'plain'}")
+                with spec.open(ns) as saver:
+                    before = infra.schema_bytes(ns.postgres_url, ns.schema)
+                    steps = _run_turns(saver, delta=delta, threads=threads, turns=turns)
+                    drain(saver)
+                    grown = infra.schema_bytes(ns.postgres_url, ns.schema) - before
+                row["delta_b" if delta else "plain_b"] = grown / steps
+        except Exception as exc:
+            table.rows.append(error_row(spec.name, describe(exc)))
+            continue
+        plain, delta_b = row.get("plain_b"), row.get("delta_b")
+        if isinstance(plain, float) and isinstance(delta_b, float) and plain > 0:
+            row["saved"] = delta_b / plain
+        table.rows.append(row)
+    return table
+
+
 def run(ctx: Context) -> list[Table]:
-    """The three scaling tables."""
-    return [asyncio.run(_concurrency(ctx)), _state(ctx), _history(ctx)]
+    """The scaling tables."""
+    return [asyncio.run(_concurrency(ctx)), _state(ctx), _history(ctx), _redis_memory(ctx),
+            _delta_bytes(ctx)]
+
+
+# --- the plot -------------------------------------------------------------------------------
+
+PLOTTED = (
+    ("Scaling: chat-graph throughput", "concurrent ainvoke", "node runs/s"),
+    ("Scaling: put p50", "state size (bytes)", "put p50 (µs)"),
+    ("Scaling: read p50", "checkpoints in the thread", "p50 (µs)"),
+)
+
+
+def plot(tables: list[Table], directory: Path) -> Path | None:
+    """Draw the growth tables (one panel each, a line per saver and operation, log axes)
+    as ``scaling.png`` in ``directory``; returns its path, or ``None`` without them."""
+    panels = [
+        (t, x, y) for title, x, y in PLOTTED for t in tables
+        if t.section == SECTION and t.title.startswith(title)
+    ]
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure(figsize=(6 * len(panels), 4.5))
+    figure.subplots(1, len(panels), squeeze=False)
+    for axis, (table, xlabel, ylabel) in zip(figure.axes, panels, strict=True):
+        points = [(c.key, int(c.key[3:])) for c in table.columns if c.key.startswith("at_")]
+        for row in table.rows:
+            xs = [n for key, n in points if isinstance(row.get(key), int | float)]
+            ys = [row[key] for key, _ in points if isinstance(row.get(key), int | float)]
+            if xs:
+                label = f"{row['saver']} {row['op']}" if row.get("op") else str(row["saver"])
+                axis.plot(xs, ys, marker="o", label=label)
+        axis.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel,
+                 title=table.title.removeprefix("Scaling: "))
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "scaling.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
