@@ -660,9 +660,11 @@ DELETE FROM {schema}.lgd_hot_marks WHERE at < now() - make_interval(secs => %(ke
 """
 
 
-def render(template: str, schema: str) -> sql.Composed:
-    """Render a template for ``schema`` (quoted as an identifier)."""
-    return sql.SQL(template).format(schema=sql.Identifier(schema))
+def render(template: str, schema: str) -> sql.SQL:
+    """Render a template for ``schema`` (quoted as an identifier), once: a composition
+    would be rendered again at every execution, which costs more than sending it. (The
+    schema is a plain identifier, so its quoting needs no connection.)"""
+    return sql.SQL(sql.SQL(template).format(schema=sql.Identifier(schema)).as_string(None))
 
 
 class Statements:
@@ -671,51 +673,51 @@ class Statements:
     checker catches a misspelled name; `tests/core/test_layers.py` checks that the
     declarations and the constants agree."""
 
-    bump_thread_sql: sql.Composed
-    copy_source_blobs_sql: sql.Composed
-    copy_source_checkpoints_sql: sql.Composed
-    copy_source_writes_sql: sql.Composed
-    copy_thread_resealed_sql: sql.Composed
-    copy_thread_sql: sql.Composed
-    create_migrations_sql: sql.Composed
-    create_schema_sql: sql.Composed
-    delete_for_runs_sql: sql.Composed
-    delete_orphan_blobs_sql: sql.Composed
-    delete_threads_sql: sql.Composed
-    delta_chain_sql: sql.Composed
-    delta_seeds_sql: sql.Composed
-    delta_writes_sql: sql.Composed
-    flush_blobs_sql: sql.Composed
-    flush_checkpoints_sql: sql.Composed
-    flush_heads_sql: sql.Composed
-    flush_special_writes_sql: sql.Composed
-    flush_writes_sql: sql.Composed
-    forget_marks_sql: sql.Composed
-    get_by_id_sql: sql.Composed
-    get_latest_sql: sql.Composed
-    head_sql: sql.Composed
-    lock_heads_sql: sql.Composed
-    mark_hot_stale_sql: sql.Composed
-    newest_mark_sql: sql.Composed
-    no_jit_sql: sql.Composed
-    pending_marks_sql: sql.Composed
-    prune_delete_sql: sql.Composed
-    prune_scan_sql: sql.Composed
-    put_checkpoint_sql: sql.Composed
-    put_writes_sql: sql.Composed
-    rebuild_heads_sql: sql.Composed
-    repair_blob_sql: sql.Composed
-    repair_checkpoint_sql: sql.Composed
-    threads_of_runs_sql: sql.Composed
-    tombstone_sql: sql.Composed
+    bump_thread_sql: sql.SQL
+    copy_source_blobs_sql: sql.SQL
+    copy_source_checkpoints_sql: sql.SQL
+    copy_source_writes_sql: sql.SQL
+    copy_thread_resealed_sql: sql.SQL
+    copy_thread_sql: sql.SQL
+    create_migrations_sql: sql.SQL
+    create_schema_sql: sql.SQL
+    delete_for_runs_sql: sql.SQL
+    delete_orphan_blobs_sql: sql.SQL
+    delete_threads_sql: sql.SQL
+    delta_chain_sql: sql.SQL
+    delta_seeds_sql: sql.SQL
+    delta_writes_sql: sql.SQL
+    flush_blobs_sql: sql.SQL
+    flush_checkpoints_sql: sql.SQL
+    flush_heads_sql: sql.SQL
+    flush_special_writes_sql: sql.SQL
+    flush_writes_sql: sql.SQL
+    forget_marks_sql: sql.SQL
+    get_by_id_sql: sql.SQL
+    get_latest_sql: sql.SQL
+    head_sql: sql.SQL
+    lock_heads_sql: sql.SQL
+    mark_hot_stale_sql: sql.SQL
+    newest_mark_sql: sql.SQL
+    no_jit_sql: sql.SQL
+    pending_marks_sql: sql.SQL
+    prune_delete_sql: sql.SQL
+    prune_scan_sql: sql.SQL
+    put_checkpoint_sql: sql.SQL
+    put_writes_sql: sql.SQL
+    rebuild_heads_sql: sql.SQL
+    repair_blob_sql: sql.SQL
+    repair_checkpoint_sql: sql.SQL
+    threads_of_runs_sql: sql.SQL
+    tombstone_sql: sql.SQL
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
         for name in STATEMENT_NAMES:
             setattr(self, name, render(globals()[name.upper()], schema))
-        self._lists: dict[tuple[frozenset[str], bool], sql.Composed] = {}
+        self._lists: dict[tuple[frozenset[str], bool], sql.SQL] = {}
 
-    def list_sql(self, present: frozenset[str], limited: bool) -> sql.Composed:
+    def list_sql(self, present: frozenset[str], limited: bool) -> sql.SQL:
         """`list_template` rendered for this schema (memoized)."""
         key = (present, limited)
         if key not in self._lists:
@@ -725,5 +727,5 @@ class Statements:
 
 # The statements `Statements` renders: the names it declares.
 STATEMENT_NAMES = tuple(
-    name for name, kind in Statements.__annotations__.items() if kind == "sql.Composed"
+    name for name, kind in Statements.__annotations__.items() if kind == "sql.SQL"
 )

@@ -120,8 +120,8 @@ SELECT ARRAY(SELECT thread_id FROM idle) AS threads,
 class SweepStatements:
     """The sweep's statements rendered for one schema."""
 
-    batch: sql.Composed
-    delete_idle: sql.Composed
+    batch: sql.SQL
+    delete_idle: sql.SQL
 
 
 @functools.cache

@@ -275,18 +275,18 @@ ON CONFLICT (key) DO NOTHING
 class LedgerStatements:
     """The ledger's statements rendered for one schema."""
 
-    claim: sql.Composed
-    get: sql.Composed
-    list: sql.Composed
-    count: sql.Composed
-    mark_uncertain: sql.Composed
-    reclaim: sql.Composed
-    finish: sql.Composed
-    replay_duplicate: sql.Composed
-    resolve: sql.Composed
-    heartbeat: sql.Composed
-    delete_threads: sql.Composed
-    copy_thread: sql.Composed
+    claim: sql.SQL
+    get: sql.SQL
+    list: sql.SQL
+    count: sql.SQL
+    mark_uncertain: sql.SQL
+    reclaim: sql.SQL
+    finish: sql.SQL
+    replay_duplicate: sql.SQL
+    resolve: sql.SQL
+    heartbeat: sql.SQL
+    delete_threads: sql.SQL
+    copy_thread: sql.SQL
 
 
 @functools.lru_cache(maxsize=64)
