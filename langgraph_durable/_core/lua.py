@@ -245,7 +245,6 @@ local n = tonumber(ARGV[14])
 local version = tonumber(ARGV[11])
 local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
 if version > 0 then
-  local _, tomb = held(KEYS[7], ARGV[13])
   -- a fresh index needs a put committed as the head whose intent still stands, and whose
   -- mark shows Redis kept the versions since: a Redis that lost the intent (emptied,
   -- restarted) also lost the versions of any put that committed after this one; one that

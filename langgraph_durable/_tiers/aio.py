@@ -126,12 +126,14 @@ class Tiers:
         return result
 
     async def hot(self, request: Hot | HotBatch, built: Layout | None = None) -> Any:
-        """Run a script on a pooled connection, straight through the connection (redis-py's
-        command path costs more than the round trip at small replies); a connection that
-        fails is dropped and the call retried with the client's backoff. A batch goes in one
-        round trip (pipelined, each script with its source). On a cluster, see
-        `_cluster_hot`. A request built with another key layout (``built``, when known) than
-        the one learned since (Redis turned out to be a cluster) is not sent."""
+        """Run a script on a kept or pooled connection (`_connection`), straight through the
+        connection (redis-py's command path costs more than the round trip at small
+        replies); a connection that fails is dropped and the call retried with the client's
+        backoff. A script sent without waiting (`Hot.wait` false) returns None at once.
+        A batch goes in one round trip (pipelined, each script with its source). On a
+        cluster, see `_cluster_hot`. A request built with another key layout (``built``,
+        when known) than the one learned since (Redis turned out to be a cluster) is not
+        sent."""
         if not self.detected:
             try:
                 await self.detect()
