@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core.keys import Layout
+from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
@@ -265,7 +266,7 @@ class Context:
     flush_cursor: int = 0  # the shard this process's next flush batch is looked for first
     # acknowledgements of flush batches that committed while Redis was out of reach, sent
     # again before the next batch (`journal.flush_batch`)
-    unacknowledged: deque[Any] = field(default_factory=deque)
+    unacknowledged: deque[Hot] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.layout = layout_of(self.config, cluster=self.config.redis_cluster is True)

@@ -177,7 +177,7 @@ def redis_options(config: SaverConfig) -> dict[str, Any]:
         "socket_connect_timeout": 1.0,
         "socket_timeout": 5.0,
         "retry": Retry(ExponentialBackoff(cap=0.25, base=0.01), retries=2),
-        "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+        "retry_on_error": list(LOST_CONNECTION),
         "health_check_interval": 30,
         **DRIVER,
     }
