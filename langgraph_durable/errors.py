@@ -47,6 +47,37 @@ class CorruptStateError(SerializationError):
     """A stored blob failed its checksum or could not be decoded, and no good copy exists."""
 
 
+class RefusedTypeError(SerializationError, ValueError):
+    """A stored value names a type the serializer may not rebuild, so nothing was decoded:
+    the application never stored that type through this schema, and ``allowed_types`` does
+    not list it (a frame forged in Redis, or a value written with another serializer).
+
+    Attributes:
+        type_key: ``(module, name)`` of the type (``(module, name, method)`` for a method).
+        thread_id, checkpoint_ns, checkpoint_id, channel: where the value was read, when
+            known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type_key: tuple[str, ...] = (),
+        thread_id: str | None = None,
+        checkpoint_ns: str | None = None,
+        checkpoint_id: str | None = None,
+        channel: str | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            channel=channel,
+        )
+        self.type_key = type_key
+
+
 class TierUnavailableError(DurableError):
     """A storage tier could not be reached; `__cause__` is the driver's error.
 

@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -512,6 +512,20 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 "or sweep(Retention(...))"
             )
         return chosen
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> DurableSaver:
+        """Allow the graph's state types to be rebuilt (LangGraph calls this when it compiles
+        a graph under ``LANGGRAPH_STRICT_MSGPACK=true``).
+
+        Returns this saver, not a copy: its serializer takes the types in place, so the
+        saver's engine, its flusher and every graph compiled with it keep sharing one
+        serializer (a copy's allowlist would never reach them, and ``close()`` would not
+        stop a flusher the copy started).
+        """
+        widened = super().with_allowlist(extra_allowlist)
+        if widened is not self:  # a serializer of the application's, copied with the types
+            self.serde = self._ctx.serde = widened.serde
+        return self
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Monotonic, sortable version strings (as `InMemorySaver` makes them)."""

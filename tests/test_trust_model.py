@@ -8,6 +8,7 @@ holding write access to one tier (but not the saver's keys) would make it.
 from __future__ import annotations
 
 import base64
+import datetime
 import logging
 import os
 import subprocess
@@ -22,11 +23,19 @@ import psycopg
 import pydantic
 import pytest
 import redis
+from langchain_core.agents import AgentAction
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_durable import ConfigurationError, CorruptStateError, DurableSaver
+from langgraph_durable import (
+    ConfigurationError,
+    CorruptStateError,
+    DurableSaver,
+    RefusedTypeError,
+    SerializationError,
+)
 from langgraph_durable._core.codec import encode_frame
 from langgraph_durable._core.keys import Layout, ThreadKeys
 from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
@@ -48,6 +57,12 @@ class Order(pydantic.BaseModel):
     qty: int
 
 
+class NeverStored(pydantic.BaseModel):
+    """An application type no test stores: only a forged frame names it."""
+
+    sku: str
+
+
 @pytest.fixture
 def client() -> Iterator[redis.Redis]:
     """A plain Redis client: the attacker's, or an auditor's."""
@@ -63,7 +78,7 @@ def _seed(saver: DurableSaver, value: Any, version: str | None = None) -> dict[s
     return config
 
 
-def _put(saver: DurableSaver, value: Any, version: str | None = None) -> dict[str, Any]:
+def _put(saver: Any, value: Any, version: str | None = None) -> dict[str, Any]:
     """A one-checkpoint thread whose channel ``notes`` holds ``value`` (not flushed)."""
     thread = f"t-{uuid.uuid4()}"
     version = version or saver.get_next_version(None, None)
@@ -158,8 +173,9 @@ def test_forged_blob_naming_a_callable_is_refused_and_repaired(
 def test_forged_blob_in_both_tiers_raises_and_runs_nothing(
     saver: DurableSaver, client: redis.Redis, tmp_path: Path
 ) -> None:
-    """With no good copy left the read raises `CorruptStateError` naming the channel, and
-    the callable the blob names is never called."""
+    """With no good copy left the read raises `RefusedTypeError` naming the channel and
+    the type (a refused type, not damage), and the callable the blob names is never
+    called."""
     config = _seed(saver, ["a"])
     forged = _forged(*_callables(tmp_path)[0])
     key, field = _blob_key(saver, client, config)
@@ -170,9 +186,10 @@ def test_forged_blob_in_both_tiers_raises_and_runs_nothing(
         forged,
         _thread(config),
     )
-    with pytest.raises(CorruptStateError) as info:
+    with pytest.raises(RefusedTypeError) as info:
         saver.get_tuple(config)
-    assert info.value.channel == "notes" and "not allowed" in str(info.value)
+    assert info.value.channel == "notes" and info.value.type_key == (__name__, "mark")
+    assert "refused type" in str(info.value) and "damaged" not in str(info.value)
     assert not (tmp_path / "ran").exists()
 
 
@@ -202,18 +219,64 @@ def test_graph_with_messages_round_trips_under_the_strict_default(saver: Durable
     assert messages[-1].tool_calls[0]["args"] == {"q": "x"}
 
 
-def test_application_types_load_only_when_allowed(make_saver: Any) -> None:
-    """A pydantic model in state is refused unless listed in ``allowed_types``; the error
-    says how to allow it."""
-    allowing = make_saver(allowed_types=[Order])
-    config = _seed(allowing, Order(sku="A-1", qty=2))
-    drop_prefix(allowing.config.key_prefix)
-    assert allowing.get_tuple(config).checkpoint["channel_values"]["notes"] == Order(  # type: ignore[union-attr]
-        sku="A-1", qty=2
-    )
-    drop_prefix(allowing.config.key_prefix)
-    with pytest.raises(CorruptStateError, match="allowed_types"):
-        make_saver().get_tuple(config)
+def test_types_the_application_stores_read_back_with_no_setting(make_saver: Any) -> None:
+    """A pydantic model and a LangChain type the application stores read back in another
+    process with no setting: the writer recorded them in Postgres before storing them."""
+    writer = make_saver()
+    value = [Order(sku="A-1", qty=2), AgentAction(tool="t", tool_input="x", log="")]
+    config = _seed(writer, value)
+    drop_prefix(writer.config.key_prefix)
+    reader = make_saver()  # another process: it allows neither type yet
+    assert reader.get_tuple(config).checkpoint["channel_values"]["notes"] == value  # type: ignore[union-attr]
+    assert {(m, n) for m, n in _sql(writer, "SELECT module, name FROM {schema}.lgd_types")} >= {
+        (__name__, "Order"), ("langchain_core.agents", "AgentAction")}
+
+
+def test_a_type_only_redis_names_is_refused_and_the_postgres_copy_served(
+    saver: DurableSaver, client: redis.Redis
+) -> None:
+    """A frame in Redis naming a type the application never stored (an application type
+    that exists and is harmless, so only the record can refuse it) is not constructed:
+    the reader serves Postgres's copy."""
+    config = _seed(saver, ["genuine"])
+    key, field = _blob_key(saver, client, config)
+    named = [__name__, "NeverStored", {"sku": "forged"}, "model_validate_json"]
+    forged = encode_frame("msgpack", ormsgpack.packb(ormsgpack.Ext(5, ormsgpack.packb(named))))
+    client.hset(key, field, forged)
+    assert saver.get_tuple(config).checkpoint["channel_values"]["notes"] == ["genuine"]  # type: ignore[union-attr]
+
+
+class Stamp(datetime.datetime):
+    """A datetime subclass: stored as a call of ``Stamp.fromisoformat``, which LangGraph's
+    loader never makes."""
+
+
+def test_a_value_that_could_not_be_read_back_is_refused_at_put(saver: DurableSaver) -> None:
+    """A value whose type could never be rebuilt on read is refused by the put, naming the
+    type, before anything is stored in either tier."""
+    with pytest.raises(SerializationError, match=r"Stamp\.fromisoformat") as info:
+        _put(saver, [Stamp(2026, 1, 1)])
+    assert "Nothing was stored" in str(info.value)
+    assert _sql(saver, "SELECT count(*) FROM {schema}.lgd_checkpoints WHERE thread_id = %s",
+                info.value.thread_id) == [(0,)]
+
+
+def test_a_class_defined_in_a_function_reads_back_as_on_in_memory_saver(
+    make_saver: Any,
+) -> None:
+    """A class its module does not expose is stored by name and read back as LangGraph's
+    own savers give it (its raw fields; a typed state rebuilds it), in another process."""
+
+    class Local(pydantic.BaseModel):
+        n: int
+
+    writer = make_saver()
+    config = _seed(writer, [Local(n=1)])
+    drop_prefix(writer.config.key_prefix)
+    expected = InMemorySaver()
+    expected_config = _put(expected, [Local(n=1)])
+    assert make_saver().get_tuple(config).checkpoint["channel_values"]["notes"] == (  # type: ignore[union-attr]
+        expected.get_tuple(expected_config).checkpoint["channel_values"]["notes"])  # type: ignore[union-attr]
 
 
 # ----------------------------------------------------------------- keyed integrity

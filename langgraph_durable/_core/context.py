@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core.keys import Layout
+from langgraph_durable._core.lineage import Lineage
 from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import Statements
@@ -258,6 +259,7 @@ class Context:
     marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
+    lineage: Lineage = field(default_factory=Lineage)  # which puts extend the head
     seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
     sweeps: SweepTotals = field(default_factory=SweepTotals)
     # where the prefix's keys live; the engine replaces it once it knows whether Redis is
@@ -277,6 +279,7 @@ class Context:
         self.consumer = consumer
         self.breaker.forked()
         self.cache.forked()
+        self.lineage.forked()
         self.unacknowledged = deque()  # the parent's to send
 
     @property

@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from langgraph_durable._core import journal
+from langgraph_durable._core import journal, stored_types
 from langgraph_durable._core.codec import FrameError, loads_metadata
 from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import bypassed, try_hot
@@ -27,10 +29,11 @@ from langgraph_durable._core.keys import (
     unb64,
     write_field,
 )
+from langgraph_durable._core.lineage import run_of
 from langgraph_durable._core.records import (
-    HEAD_KEY,
     Damaged,
     Location,
+    Refused,
     StoredWrite,
     build_tuple,
     corrupt,
@@ -41,6 +44,7 @@ from langgraph_durable._core.records import (
 from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 
 logger = logging.getLogger("langgraph_durable")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,7 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
     where = Location(row["thread_id"], row["checkpoint_ns"], None)
     blobs, writes = _row_parts(row)
     try:
-        return build_tuple(
+        return (yield from _decoded(ctx, lambda: build_tuple(
             ctx.codec,
             where,
             row["checkpoint_id"],
@@ -136,12 +140,30 @@ def _cold_tuple(ctx: Context, row: dict[str, Any]) -> Op[CheckpointTuple]:
             loads_metadata(row["metadata"]),
             blobs,
             writes,
-        )
+        )))
+    except Refused as refused:  # Postgres is trusted: a type refused there is not damage
+        raise corrupt(where, row["checkpoint_id"], refused, "cold") from refused
     except Damaged as damage:
         repaired = yield from _repair_cold(ctx, where, row, damage)
         if repaired is None:
             raise corrupt(where, row["checkpoint_id"], damage, "cold") from damage
         return repaired
+
+
+def _decoded(ctx: Context, decode: Callable[[], T]) -> Op[T]:
+    """``decode()``; when it meets a type this process does not allow yet, the types the
+    application recorded are learned and it runs once more (`_core.stored_types`).
+
+    Raises:
+        Refused: the type is not one the application recorded (or allowed).
+        Damaged: a frame failed verification.
+    """
+    try:
+        return decode()
+    except Refused as refused:
+        if not (yield from stored_types.learn(ctx, refused.type_key)):
+            raise
+    return decode()
 
 
 def _repair_cold(
@@ -222,16 +244,6 @@ def _get(
     )
 
 
-def _for_caller(tup: CheckpointTuple, head: bool) -> CheckpointTuple:
-    """The tuple with `HEAD_KEY` in its config: its own id when it is its namespace's head
-    (a run that loads it must extend it), ``None`` otherwise (a run that loads it forks,
-    and a key left in the caller's config by an earlier read is overridden). Every read
-    of one checkpoint returns the same config."""
-    configurable = dict(tup.config["configurable"])
-    configurable[HEAD_KEY] = configurable["checkpoint_id"] if head else None
-    return tup._replace(config={**tup.config, "configurable": configurable})
-
-
 def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
     """Redis first (one round trip, with pending writes); Postgres on a miss, then warm.
 
@@ -241,8 +253,19 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     Redis. A miss on a namespace with entries not yet flushed drains the journal first, so
     Postgres is never older than what was acknowledged.
     """
-    found = yield from _read(ctx, locate(config))
-    return None if found is None else _for_caller(*found)
+    where = locate(config)
+    found = yield from _read(ctx, where)
+    if found is None:
+        return None
+    tup = found[0]
+    ctx.lineage.read(
+        run_of(config),
+        where.thread_id,
+        where.checkpoint_ns,
+        tup.config["configurable"]["checkpoint_id"],
+        latest=where.checkpoint_id is None,
+    )
+    return tup
 
 
 def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | None]:
@@ -263,7 +286,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
     if reply is not None and reply[0] == b"hit":
         try:
             record = HotRecord.parse(reply)
-            tup = _hot_tuple(ctx, where, record)
+            tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
         except Damaged as damage:
             logger.warning(
                 "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
@@ -394,27 +417,11 @@ def list_checkpoints(
     bound = {k: v for k, v in params.items() if v is not None}
     rows = (yield Cold.one(query, bound, fetch=True, binary=True))[0]
     result = []
-    heads: dict[tuple[str, str], str] = {}
     for row in rows:
         result.append((yield from _cold_tuple(ctx, row)))
-        space = (row["thread_id"], row["checkpoint_ns"])
-        heads[space] = max(heads.get(space, ""), row["head"] or "")
     if unflushed:
-        for tup in unflushed:
-            conf = tup.config["configurable"]
-            space = (conf["thread_id"], conf["checkpoint_ns"])
-            heads[space] = max(heads.get(space, ""), conf["checkpoint_id"])
         result = _merge(result, [t for t in unflushed if _matches(t, params, filter)], limit)
-    return [_for_caller(t, heads.get(_space(t)) == _id(t)) for t in result]
-
-
-def _space(tup: CheckpointTuple) -> tuple[str, str]:
-    conf = tup.config["configurable"]
-    return conf["thread_id"], conf["checkpoint_ns"]
-
-
-def _id(tup: CheckpointTuple) -> str:
-    return str(tup.config["configurable"]["checkpoint_id"])
+    return result
 
 
 def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
@@ -426,7 +433,11 @@ def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
     out = []
     for rec in records:
         where = Location(thread_id, unb64(rec[0]), None)
-        out.append(_hot_tuple(ctx, where, HotRecord.parse([b"hit", *rec[1:]])))
+        record = HotRecord.parse([b"hit", *rec[1:]])
+        try:
+            out.append((yield from _decoded(ctx, partial(_hot_tuple, ctx, where, record))))
+        except Damaged as damage:
+            raise corrupt(where, record.checkpoint_id, damage, "hot") from damage
     return out
 
 

@@ -26,14 +26,13 @@ from langgraph.checkpoint.base import (
 from langgraph_durable._core.codec import FrameError, dumps_metadata, unstorable_json
 from langgraph_durable._core.keys import MAX_ID_BYTES, MAX_NAME_BYTES, blob_field, check_text
 from langgraph_durable._core.seal import Codec, blob_place, checkpoint_place, write_place
-from langgraph_durable.errors import ConfigurationError, CorruptStateError, SerializationError
-
-# Configurable key a read of the latest checkpoint leaves in the config it returns, set to
-# the id of the head it read. LangGraph carries the configurable of the checkpoint it loaded
-# into every later `put` of the run, so a put that finds it must extend the head (or
-# conflicts); one without it is a fork the caller addressed. Keys that start with "__" never
-# reach checkpoint metadata.
-HEAD_KEY = "__lgd_head__"
+from langgraph_durable._core.strict import StrictSerializer, TypeKey, named_types
+from langgraph_durable.errors import (
+    ConfigurationError,
+    CorruptStateError,
+    RefusedTypeError,
+    SerializationError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +90,8 @@ class StoredCheckpoint:
     blobs: list[tuple[str, str, bytes]] = field(default_factory=list)
     # blob fields of every channel the checkpoint has a value for
     refs: list[str] = field(default_factory=list)
+    # the types its values rebuild by name (`_core.stored_types`)
+    types: set[TypeKey] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -100,6 +101,7 @@ class StoredWrite:
     channel: str
     task_path: str
     frame: bytes
+    types: set[TypeKey] = field(default_factory=set)  # as `StoredCheckpoint.types`
 
     @property
     def special(self) -> bool:
@@ -115,15 +117,28 @@ class Damaged(Exception):
         self.channel = channel
 
 
+class Refused(Damaged):
+    """A stored frame is genuine but names a type the serializer does not allow (yet)."""
+
+    def __init__(self, part: str, error: RefusedTypeError, channel: str | None = None) -> None:
+        super().__init__(part, str(error), channel)
+        self.type_key = error.type_key
+
+
 def _serialize(
     codec: Codec,
     value: Any,
     where: Location,
     checkpoint_id: str | None,
     channel: str | None,
+    types: set[TypeKey],
 ) -> tuple[str, bytes]:
+    """``value`` serialized; the types it rebuilds by name are added to ``types``."""
     try:
-        return codec.dumps_typed(value)
+        typed = codec.dumps_typed(value)
+        if isinstance(codec.serde, StrictSerializer):
+            types |= named_types(typed)
+        return typed
     except Exception as exc:
         raise SerializationError(
             f"cannot serialize the value of channel {channel!r} "
@@ -142,8 +157,9 @@ def _dump(
     where: Location,
     checkpoint_id: str | None,
     channel: str | None,
+    types: set[TypeKey],
 ) -> bytes:
-    return codec.frame(*_serialize(codec, value, where, checkpoint_id, channel), place)
+    return codec.frame(*_serialize(codec, value, where, checkpoint_id, channel, types), place)
 
 
 def _check_size(
@@ -188,12 +204,16 @@ def encode_checkpoint(
         check_text(channel, "channel name", MAX_NAME_BYTES)
         check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
     t, ns = where.thread_id, where.checkpoint_ns
+    types: set[TypeKey] = set()
     serialized = {
-        channel: (str(version), _serialize(codec, values[channel], where, checkpoint_id, channel))
+        channel: (
+            str(version),
+            _serialize(codec, values[channel], where, checkpoint_id, channel, types),
+        )
         for channel, version in new_versions.items()
         if channel in values
     }
-    body_typed = _serialize(codec, body, where, checkpoint_id, None)
+    body_typed = _serialize(codec, body, where, checkpoint_id, None, types)
     sizes: dict[str | None, int] = {c: len(typed[1]) for c, (_, typed) in serialized.items()}
     sizes[None] = len(body_typed[1])
     _check_size(sizes, max_bytes, where, checkpoint_id)
@@ -234,6 +254,7 @@ def encode_checkpoint(
         channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),
         blobs=blobs,
         refs=[blob_field(ch, versions[ch]) for ch in values if ch in versions],
+        types=types,
     )
 
 
@@ -260,8 +281,9 @@ def encode_writes(
             codec, write_place, where.thread_id, where.checkpoint_ns, checkpoint_id, task_id,
             idx, channel, task_path,
         )
-        frame = _dump(codec, value, place, where, where.checkpoint_id, channel)
-        by_idx[idx] = StoredWrite(task_id, idx, channel, task_path, frame)
+        types: set[TypeKey] = set()
+        frame = _dump(codec, value, place, where, where.checkpoint_id, channel, types)
+        by_idx[idx] = StoredWrite(task_id, idx, channel, task_path, frame, types)
     return list(by_idx.values())
 
 
@@ -289,7 +311,8 @@ def load(codec: Codec, frame: bytes, place: bytes, part: str, channel: str | Non
     """Verify a frame against its place, then decode it.
 
     Raises:
-        Damaged: the frame fails its seal, or its value cannot (or may not) be decoded.
+        Refused: the value names a type the serializer does not allow.
+        Damaged: the frame fails its seal, or its value cannot be decoded.
     """
     try:
         typed = codec.open(frame, place)
@@ -297,6 +320,8 @@ def load(codec: Codec, frame: bytes, place: bytes, part: str, channel: str | Non
         raise Damaged(part, str(exc), channel) from exc
     try:
         return codec.loads_typed(typed)
+    except RefusedTypeError as exc:
+        raise Refused(part, exc, channel) from exc
     except Exception as exc:
         raise Damaged(part, f"cannot deserialize: {exc}", channel) from exc
 
@@ -351,8 +376,26 @@ def build_tuple(
     )
 
 
-def corrupt(where: Location, checkpoint_id: str, damage: Damaged, tier: str) -> CorruptStateError:
-    """The public error for damage no other tier could repair."""
+def corrupt(
+    where: Location, checkpoint_id: str, damage: Damaged, tier: str
+) -> CorruptStateError | RefusedTypeError:
+    """The public error for damage no other tier could repair (`RefusedTypeError` for a
+    type refused: the frame is genuine, its type is not allowed)."""
+    if isinstance(damage, Refused):
+        name = ".".join(damage.type_key)
+        return RefusedTypeError(
+            f"stored {damage.part} of thread {where.thread_id!r}, namespace "
+            f"{where.checkpoint_ns!r}, checkpoint {checkpoint_id!r}"
+            + (f", channel {damage.channel!r}" if damage.channel else "")
+            + f" names type {name}, a refused type: the application never stored it "
+            "through this schema, so it was not decoded. If the application stores it, "
+            f"allow it with DurableSaver(allowed_types=[{name}])",
+            type_key=damage.type_key,
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            channel=damage.channel,
+        )
     return CorruptStateError(
         f"stored {damage.part} of thread {where.thread_id!r}, namespace "
         f"{where.checkpoint_ns!r}, checkpoint {checkpoint_id!r}"

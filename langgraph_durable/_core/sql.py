@@ -109,7 +109,29 @@ SELECT thread_id, nextval('{schema}.lgd_version_seq') FROM {schema}.lgd_hot_inva
 DROP TABLE {schema}.lgd_hot_invalidations;
 """,
     ),
+    Migration(
+        6,
+        "types the application stores",
+        """
+CREATE TABLE {schema}.lgd_types (
+    module      text NOT NULL,
+    name        text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (module, name)
+);
+""",
+    ),
 )
+
+# The types (classes rebuilt by name) a value the application stored names, recorded
+# before the value is stored (`_core.stored_types`). %(modules)s %(names)s
+RECORD_TYPES_SQL = """
+INSERT INTO {schema}.lgd_types (module, name)
+SELECT * FROM unnest(%(modules)s::text[], %(names)s::text[])
+ON CONFLICT (module, name) DO NOTHING
+"""
+
+KNOWN_TYPES_SQL = "SELECT module, name FROM {schema}.lgd_types"
 
 # Every commit that changes a namespace takes a new version from one sequence, so versions
 # only grow, across deletes and copies too. Redis keeps the newest version it has seen of
@@ -696,6 +718,7 @@ class Statements:
     get_by_id_sql: sql.SQL
     get_latest_sql: sql.SQL
     head_sql: sql.SQL
+    known_types_sql: sql.SQL
     lock_heads_sql: sql.SQL
     mark_hot_stale_sql: sql.SQL
     newest_mark_sql: sql.SQL
@@ -706,6 +729,7 @@ class Statements:
     put_checkpoint_sql: sql.SQL
     put_writes_sql: sql.SQL
     rebuild_heads_sql: sql.SQL
+    record_types_sql: sql.SQL
     repair_blob_sql: sql.SQL
     repair_checkpoint_sql: sql.SQL
     threads_of_runs_sql: sql.SQL

@@ -1,11 +1,11 @@
 """Writes and whole-thread changes: put, put_writes (write-through or write-behind),
 delete, delete_for_runs, copy and prune.
 
-One history per thread: a ``put`` whose config descends from a read of the latest
-checkpoint (it carries `HEAD_KEY`, see `reads.get_tuple`) commits only if its parent is
-still the namespace's head — in Postgres for write-through, in Redis for write-behind — and
-raises `ThreadConflictError` otherwise. A put from an explicitly addressed checkpoint
-(time travel, ``update_state`` on a past config) is a fork the caller asked for.
+One history per thread: a ``put`` that extends the head its run read (`_core.lineage`)
+commits only if its parent is still the namespace's head — in Postgres for write-through,
+in Redis for write-behind — and raises `ThreadConflictError` otherwise. A put from an
+explicitly addressed checkpoint (time travel, ``update_state`` on a past config) is a fork
+the caller asked for, and is never refused.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
 )
 
-from langgraph_durable._core import journal
+from langgraph_durable._core import journal, stored_types
 from langgraph_durable._core.context import Context, new_version
 from langgraph_durable._core.hot import (
     announce,
@@ -43,8 +43,8 @@ from langgraph_durable._core.keys import (
     write_field,
 )
 from langgraph_durable._core.ledger.sql import statements as ledger_statements
+from langgraph_durable._core.lineage import run_of
 from langgraph_durable._core.records import (
-    HEAD_KEY,
     Location,
     StoredCheckpoint,
     StoredWrite,
@@ -80,7 +80,9 @@ def put(
     stored = encode_checkpoint(
         ctx.codec, config, checkpoint, metadata, new_versions, ctx.config.max_checkpoint_bytes
     )
-    cas = _extends_head(config, stored.parent_id)
+    where, run = stored.where, run_of(config)
+    yield from stored_types.record(ctx, stored.types, where)
+    cas = ctx.lineage.extends(run, where.thread_id, where.checkpoint_ns, stored.parent_id)
     keys = ctx.layout.thread(stored.where.thread_id)
     rows = yield from _write(
         ctx,
@@ -94,24 +96,8 @@ def put(
     )
     if rows == []:
         yield from _conflict(ctx, stored.where, stored.parent_id, None)
-    config = stored.where.config(stored.checkpoint_id)
-    config["configurable"][HEAD_KEY] = stored.checkpoint_id  # as a read of it would say
-    return config
-
-
-def _extends_head(config: RunnableConfig, parent_id: str | None) -> bool:
-    """Whether a put must extend its namespace's head (compare-and-set) rather than fork.
-
-    A run carries the configurable of the checkpoint it loaded: `HEAD_KEY` set to an id
-    when it loaded the head, set to ``None`` when it loaded an older checkpoint by id (a
-    fork the caller asked for). A put without the key that names a parent (a run that
-    began on an empty thread, or a direct call) extends the head too. A root put without
-    it does not: two runs that both start an empty namespace are not serialized.
-    """
-    configurable = (config or {}).get("configurable") or {}
-    if HEAD_KEY in configurable:
-        return configurable[HEAD_KEY] is not None
-    return parent_id is not None
+    ctx.lineage.wrote(run, where.thread_id, where.checkpoint_ns, stored.checkpoint_id)
+    return where.config(stored.checkpoint_id)
 
 
 def _write(
@@ -295,6 +281,7 @@ def put_writes(
     stored = encode_writes(ctx.codec, where, writes, task_id, task_path)
     if not stored:
         return None
+    yield from stored_types.record(ctx, set().union(*(w.types for w in stored)), where)
     keys = ctx.layout.thread(where.thread_id)
     yield from _write(
         ctx,

@@ -12,7 +12,6 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_durable._core import journal, ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import Layout, ThreadKeys
-from langgraph_durable._core.records import HEAD_KEY
 from langgraph_durable.errors import ThreadConflictError
 from tests.core.script import Script, cold, hot
 
@@ -21,13 +20,14 @@ PARENT = "1f0-parent"
 
 
 def _put_on_head(ctx: Context) -> tuple[str, Any]:
-    """A put whose config came from a read of the latest checkpoint (it carries
-    `HEAD_KEY`): its checkpoint id and the operation."""
+    """A put from a checkpoint this process read as the latest of its namespace (the
+    lineage says so): its checkpoint id and the operation."""
+    ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = {"x": 2}
     checkpoint["channel_versions"] = {"x": "2"}
     config = {"configurable": {"thread_id": THREAD, "checkpoint_ns": "",
-                               "checkpoint_id": PARENT, HEAD_KEY: PARENT}}
+                               "checkpoint_id": PARENT}}
     return checkpoint["id"], ops.put(ctx, config, checkpoint,  # type: ignore[arg-type]
                                      {"source": "loop", "step": 1}, {"x": "2"})
 
@@ -107,4 +107,65 @@ def test_write_behind_put_on_the_head_is_one_journaled_script(
         "c", THREAD, "", checkpoint_id)
     assert member == keys.unflushed_member("", checkpoint_id)
     assert (bound, byte_bound) == (ctx.config.max_unflushed, ctx.config.max_unflushed_bytes)
-    assert config["configurable"][HEAD_KEY] == checkpoint_id
+    assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
+                                      "checkpoint_id": checkpoint_id}, "nothing invented"
+    assert ctx.lineage.extends(0, THREAD, "", checkpoint_id), "the next put extends it"
+
+
+def _put_from(ctx: Context, parent: str, run: object | None = None) -> Any:
+    """A put whose parent is ``parent``, made inside the LangGraph run ``run`` (its runtime
+    object rides in the config, as LangGraph passes it) or outside any run."""
+    checkpoint = empty_checkpoint()
+    configurable: dict[str, Any] = {"thread_id": THREAD, "checkpoint_ns": "",
+                                    "checkpoint_id": parent}
+    if run is not None:
+        configurable["__pregel_runtime"] = run
+    return ops.put(ctx, {"configurable": configurable}, checkpoint,  # type: ignore[arg-type]
+                   {"source": "loop", "step": 1}, {})
+
+
+def _cas_of(ctx: Context, op: Any) -> bool:
+    """Whether the write-through put statement compares its parent with the head."""
+    keys = ThreadKeys("t", THREAD)
+    script = Script([
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
+        (cold(ctx.statements.put_checkpoint_sql), [[{"version": 2, "head": "x"}]]),
+        (hot("put"), None),
+    ])
+    script.run(op)
+    return bool(script.requests[1].statements[0].params["cas"])
+
+
+def test_a_put_from_a_checkpoint_read_by_id_forks_even_from_the_head(ctx: Context) -> None:
+    """An explicit checkpoint id is a fork the caller asked for: the put is not compared,
+    even when the same process had read that checkpoint as the latest before."""
+    ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
+    ctx.lineage.read(0, THREAD, "", PARENT, latest=False)
+    ctx.lineage.read(0, THREAD, "", PARENT, latest=True)  # update_state reads latest too
+    assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
+
+
+def test_runs_are_told_apart_by_the_runtime_langgraph_passes(ctx: Context) -> None:
+    """A live run that read the head keeps its compare-and-set when a call outside it (or
+    another run) addresses the same checkpoint by id in the same process; its later puts
+    extend its own checkpoints."""
+    run = object()
+    ctx.lineage.read(id(run), THREAD, "", PARENT, latest=True)
+    ctx.lineage.read(0, THREAD, "", PARENT, latest=False)  # update_state(PARENT config)
+    assert _cas_of(ctx, _put_from(ctx, PARENT, run)) is True
+    assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
+    ctx.lineage.wrote(id(run), THREAD, "", "1f0-child")
+    assert _cas_of(ctx, _put_from(ctx, "1f0-child", run)) is True
+
+
+def test_a_put_from_a_checkpoint_this_process_never_read_is_not_compared(
+        ctx: Context) -> None:
+    """A direct put (no read before it) is the caller's choice, as with every other saver;
+    the lineage forgets the oldest marks past its size, which only drops a compare."""
+    assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
+    ctx.lineage.size = 2
+    ctx.lineage.read(0, THREAD, "", "a", latest=True)
+    ctx.lineage.read(0, THREAD, "", "b", latest=True)
+    ctx.lineage.read(0, THREAD, "", "c", latest=True)
+    assert not ctx.lineage.extends(0, THREAD, "", "a")
+    assert ctx.lineage.extends(0, THREAD, "", "c")

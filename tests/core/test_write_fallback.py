@@ -12,7 +12,6 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.records import HEAD_KEY
 from langgraph_durable.errors import TierUnavailableError
 from tests.core.script import Script, cold, cold_down, hot, hot_down
 
@@ -46,7 +45,7 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     config = script.run(op)
     assert script.done
     assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
-                                      "checkpoint_id": checkpoint_id, HEAD_KEY: checkpoint_id}
+                                      "checkpoint_id": checkpoint_id}
     put_stmt, mark, bump = script.requests[1].statements
     assert put_stmt.fetch
     assert put_stmt.params["thread_id"] == THREAD

@@ -1,0 +1,82 @@
+"""One history per thread, with nothing added to the configs a caller receives.
+
+A LangGraph run reads its thread once (`get_tuple`) and then writes a line of checkpoints,
+each the child of the one before (`put`). Whether such a put must extend its namespace's
+head (a compare-and-set: it commits only while its parent is still the head) or may fork
+(the caller asked for a past checkpoint) depends on how the run read its thread:
+
+- a read of the *latest* checkpoint: the run extends the head. Two runs that read the same
+  head cannot both commit on it: the second gets `ThreadConflictError`.
+- a read *by id* (time travel, ``update_state`` or ``invoke`` with a ``checkpoint_id``): the
+  caller asked for that checkpoint, so the first put from it forks and is never refused,
+  even when the checkpoint was the head (a live run writing from the same parent gets the
+  conflict at its next write instead).
+- every later put of the run extends the checkpoint the run itself wrote last.
+
+`Lineage` remembers those facts in this process, keyed by the run and the checkpoint. A
+run is told by the runtime object LangGraph places in the config of every read and write
+of one run; calls made outside a run (the saver's own API, ``update_state``) share one key.
+A put whose parent this process never read (a direct call) is taken as the caller's choice
+and not compared, as every other saver does. The memory is bounded: a mark pushed out by
+``size`` newer ones is forgotten, which only makes that run's next put uncompared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from langchain_core.runnables import RunnableConfig
+
+# The configurable key under which LangGraph passes a run's runtime object to the saver:
+# the same object in every read and write of one run (including a subgraph's own loop).
+RUN_KEY = "__pregel_runtime"
+
+_Mark = tuple[int, str, str, str]  # (run, thread, namespace, checkpoint id)
+
+
+def run_of(config: RunnableConfig | None) -> int:
+    """The identity of the LangGraph run making a call (0 outside a run)."""
+    runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
+    return 0 if runtime is None else id(runtime)
+
+
+class Lineage:
+    """Which checkpoints each run of this process extends (compared puts) or forks from."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._marks: OrderedDict[_Mark, bool] = OrderedDict()
+
+    def read(self, run: int, thread_id: str, ns: str, checkpoint_id: str, *, latest: bool) -> None:
+        """A run read ``checkpoint_id``: as the latest (it will extend it, unless the run
+        already addressed it by id) or by its id (it will fork from it)."""
+        with self._lock:
+            key = (run, thread_id, ns, checkpoint_id)
+            if latest and key in self._marks:
+                self._marks.move_to_end(key)
+                return
+            self._set(key, latest)
+
+    def wrote(self, run: int, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """A run wrote ``checkpoint_id``: its next put extends it."""
+        with self._lock:
+            self._set((run, thread_id, ns, checkpoint_id), True)
+
+    def extends(self, run: int, thread_id: str, ns: str, parent_id: str | None) -> bool:
+        """Whether a put from ``parent_id`` must find it still the head."""
+        if parent_id is None:
+            return False
+        with self._lock:
+            return self._marks.get((run, thread_id, ns, parent_id), False)
+
+    def _set(self, key: _Mark, extends: bool) -> None:
+        self._marks[key] = extends
+        self._marks.move_to_end(key)
+        while len(self._marks) > self.size:
+            self._marks.popitem(last=False)
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: a new lock (another thread may have held it)."""
+        self._lock = threading.Lock()
