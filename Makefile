@@ -4,18 +4,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-embedded
+COMPAT_STAMP := $(VENV)/.installed-compat
 
-.PHONY: test chaos lint typecheck bench demo notebooks clean
+.PHONY: test chaos compat lint typecheck bench demo notebooks clean
 
-# $(VENV)/.installed-EXTRA: the package and its EXTRA installed; redone when pyproject changes.
+# $(VENV)/.installed-EXTRA: the package and its EXTRA installed, at the versions that
+# compat/constraints.txt pins; redone when pyproject changes.
 $(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$*]'
+	$(PY) -m pip install -q -e '.[$*]' -c compat/constraints.txt
 	touch $@
 
 test: $(STAMP)
-	$(PY) -m ruff check langgraph_durable tests benchmarks
+	$(PY) -m ruff check langgraph_durable tests benchmarks compat
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
@@ -32,8 +34,16 @@ chaos: $(STAMP)
 	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
 	$(PY) -m tests.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
 
+# LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
+# write-through then write-behind; fails when either mode has a failed or errored test.
+# Summaries in .compat-cache/summary-MODE.json.
+compat: $(STAMP) $(COMPAT_STAMP)
+	status=0; for mode in through behind; do \
+	  $(PY) -m compat.run --mode $$mode || status=1; \
+	done; exit $$status
+
 lint: $(STAMP)
-	$(PY) -m ruff check langgraph_durable tests benchmarks
+	$(PY) -m ruff check langgraph_durable tests benchmarks compat
 	$(PY) -m mypy
 
 bench: $(STAMP)
