@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, StateUpdate, interrupt
 from pydantic import BaseModel
@@ -248,3 +249,39 @@ def test_two_processes_reading_one_head_still_conflict(
     first.put(a.config, {**a.checkpoint, "id": str(uuid6())}, {}, {})  # type: ignore[arg-type]
     with pytest.raises(ThreadConflictError):
         second.put(b.config, {**b.checkpoint, "id": str(uuid6())}, {}, {})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_special_writes_of_concurrent_tasks_are_served_as_stored(
+    make_saver: Callable[..., DurableSaver],
+) -> None:
+    """LangGraph's functional API writes a task's interrupt again on each resume while
+    another task writes its own at the same time; Redis must serve what Postgres holds,
+    whichever of the two updates (sent without waiting) lands last. Checked against a
+    reader that has to go to Postgres, over a few dozen resumes (the race is timing)."""
+    saver, cold = make_saver(), make_saver()
+
+    @entrypoint(checkpointer=saver)
+    def workflow(n: int) -> dict[str, Any]:
+        @task
+        def setup() -> int:
+            return n
+
+        @task
+        def ask(question: str) -> str:
+            return str(interrupt(question))
+
+        return {"answers": [ask(f"q{i}").result() for i in range(setup().result())]}
+
+    def writes(tup: Any) -> list[tuple[str, str, str]]:
+        return [(t, c, repr(v)) for t, c, v in tup.pending_writes]
+
+    for _ in range(80):
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+        workflow.invoke(2, config)
+        workflow.invoke(Command(resume="a1"), config)
+        hot = saver.get_tuple(config)
+        from_postgres = cold.list(config, limit=1)  # list reads Postgres
+        assert hot is not None
+        assert writes(hot) == writes(next(iter(from_postgres)))
+        assert workflow.invoke(Command(resume="a2"), config) == {"answers": ["a1", "a2"]}

@@ -383,8 +383,12 @@ PUT_BEHIND_SCRIPT = _journaled(
 # LangGraph may save a task's writes before the checkpoint they belong to (durability
 # "async"): they then wait in a hash without the checkpoint's fields, which reads treat as
 # a miss until the put completes it.
-# Write-through: a write older than the thread's tombstone changes nothing; one older
-# than the namespace's version adds its ordinary writes but does not replace special ones.
+# Write-through: a write older than the thread's tombstone changes nothing. Ordinary writes
+# are first-write-wins; a special write replaces its field only when its committed version
+# is newer than the field's own ("@<field>", set with it) or, for a field without one, than
+# the version the checkpoint was warmed at ("@", set by WARM): updates are sent without
+# waiting, so two concurrent writers' updates may land in either order, and the one that
+# lands last must not undo the other's newer value, nor keep an older one of its own field.
 # Write-behind: replies {"cold"} while a write through Postgres or a sweep of the thread
 # is in flight (its intent), so Postgres orders the two.
 # KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry  KEYS[4] the thread's unflushed hash
@@ -400,12 +404,16 @@ local function done()
   clear_intent(KEYS[1], KEYS[7], ARGV[1])
 end
 if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
-local newest, tomb = held(KEYS[7], ARGV[5])
+local _, tomb = held(KEYS[7], ARGV[5])
 if version > 0 and version < tomb then done() return 0 end
-local late = version > 0 and version < newest
 for i = 7, 6 + 3 * n, 3 do
-  if ARGV[i + 2] == 'r' and not late then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-  else redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  if ARGV[i + 2] ~= 'r' then redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
+  elseif version == 0 then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  else
+    local at = '@' .. ARGV[i]
+    local seen = redis.call('HGET', KEYS[2], at) or redis.call('HGET', KEYS[2], '@') or '0'
+    if version > tonumber(seen) then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1], at, version) end
+  end
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[3])
 if version > 0 then raise_version(KEYS[7], ARGV[5], version) end
@@ -469,7 +477,7 @@ local ttl = tonumber(ARGV[2])
 local n = tonumber(ARGV[11])
 if head then adopt(KEYS[5], KEYS[2], KEYS[3], string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])) end
 redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7])
+redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7], '@', ARGV[8])
 if #ARGV > 12 + 2 * n then redis.call('HSET', KEYS[4], unpack(ARGV, 13 + 2 * n)) end
 if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 13, 12 + 2 * n)) end
 if head then
