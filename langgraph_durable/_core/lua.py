@@ -412,7 +412,9 @@ for i = 7, 6 + 3 * n, 3 do
   else
     local at = '@' .. ARGV[i]
     local seen = redis.call('HGET', KEYS[2], at) or redis.call('HGET', KEYS[2], '@') or '0'
-    if version > tonumber(seen) then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1], at, version) end
+    if version > tonumber(seen) then
+      redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1], at, version)
+    end
   end
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[3])
