@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.func import entrypoint, task
@@ -231,24 +230,6 @@ def test_with_allowlist_widens_the_saver_itself(make_saver: Callable[..., Durabl
     saver.flush()
     fresh = saver.get_tuple(saved)
     assert fresh is not None and fresh.checkpoint["channel_values"]["order"] == Order(sku="A")
-
-
-@pytest.mark.parametrize("write_mode", ["through"])
-def test_two_processes_reading_one_head_still_conflict(
-    make_saver: Callable[..., DurableSaver],
-) -> None:
-    """The fencing that replaced the config key: two savers (two processes) read the same
-    head as the latest; the first put commits, the second raises."""
-    first, second = make_saver(), make_saver()
-    thread = f"t-{uuid.uuid4()}"
-    graph = subgraph_graph(first)
-    graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": thread}})
-    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    a, b = first.get_tuple(config), second.get_tuple(config)
-    assert a is not None and b is not None and a.config == b.config
-    first.put(a.config, {**a.checkpoint, "id": str(uuid6())}, {}, {})  # type: ignore[arg-type]
-    with pytest.raises(ThreadConflictError):
-        second.put(b.config, {**b.checkpoint, "id": str(uuid6())}, {}, {})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("write_mode", ["through"])

@@ -15,8 +15,10 @@ import pytest
 import redis
 
 from langgraph_durable import DurableSaver
+from langgraph_durable._core import writes
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.keys import Layout
+from langgraph_durable._core.records import encode_writes, locate
 from langgraph_durable._core.requests import Hot
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig
@@ -132,3 +134,39 @@ def test_a_refused_update_is_logged_and_the_connection_serves_the_next_request(
     refused = [r for r in caplog.records if "put script" in r.getMessage()]
     assert len(refused) == sent, [r.getMessage() for r in caplog.records]
     assert all(r.levelno == logging.WARNING for r in refused)
+
+
+def test_special_writes_landing_out_of_order_keep_each_fields_newest(
+    namespace: tuple[str, str],
+) -> None:
+    """Two tasks' put_writes commit at versions v+1 (task a writes its interrupt again, as a
+    resumed functional-API task does) and v+2 (task b's interrupt); their updates, sent
+    without waiting, land in the other order. Redis then holds each field's newest value:
+    a's second interrupt (not its first), and a late copy of a's first write changes
+    nothing. Driven with the put_writes script itself, on the real Redis."""
+    schema, prefix = namespace
+    thread = "special-order"
+    with DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix) as saver:
+        saver.setup()
+        config = put_value(saver, thread, "x")
+        saver.put_writes(config, [("__interrupt__", "a-first")], "task-a")
+        ctx = saver.engine.context
+        where = locate(config)
+        keys = ctx.layout.thread(thread)
+        base = 10**12  # newer than any version Postgres handed out
+
+        def update(task: str, value: str, version: int) -> None:
+            stored = encode_writes(ctx.codec, where, [("__interrupt__", value)], task, "")
+
+            def op() -> Any:
+                return (yield writes._writes_hot(keys, where, stored, "", 0, version))
+
+            saver.engine.run(op())
+
+        update("task-b", "b", base + 2)
+        update("task-a", "a-second", base + 1)
+        update("task-a", "a-first", base)  # a late copy of an older commit
+        found = saver.get_tuple(config)
+    assert found is not None
+    assert dict(((t, c), v) for t, c, v in found.pending_writes) == {
+        ("task-a", "__interrupt__"): "a-second", ("task-b", "__interrupt__"): "b"}

@@ -99,13 +99,13 @@ end
 #         entries not yet flushed; the caller drains the journal before it reads Postgres.
 #         Entries of the thread's other namespaces do not change what Postgres holds for
 #         this one, so a subgraph's first read does not wait for its parent's entries)
-#       | {"same", id, head} (the caller's copy is current; head = 1: it is the latest)
-#       | {"hit", id, field, value, ..., "\0head", head, "\0blobs", field, frame, ...}
+#       | {"same", id} (the caller's copy is current)
+#       | {"hit", id, field, value, ..., "\0blobs", field, frame, ...}
 GET_SCRIPT = (
     _PRELUDE
     + f"local TICKET_MS = {TICKET_MS}\n"
     + """
-local function record(key, id, head)
+local function record(key, id)
   local h = redis.call('HGETALL', key)
   local refs = nil
   for i = 1, #h, 2 do
@@ -114,8 +114,6 @@ local function record(key, id, head)
   if refs == nil then return nil end
   local out = {'hit', id}
   for i = 1, #h do out[#out + 1] = h[i] end
-  out[#out + 1] = '\\0head'
-  out[#out + 1] = head
   out[#out + 1] = '\\0blobs'
   local fields = cjson.decode(refs)
   if #fields > 0 then
@@ -148,14 +146,13 @@ local last = redis.call('ZRANGE', KEYS[2], -1, -1)
 if #last == 0 then return miss() end
 local id = ARGV[2]
 if id == '' then id = last[1] end
-local head = id == last[1] and '1' or '0'
 if redis.call('SISMEMBER', KEYS[4], ARGV[1] .. id) == 0 then return miss() end
 local ttl = tonumber(ARGV[3])
 local out
 if id == ARGV[4] and ARGV[5] ~= '' and redis.call('HGET', ARGV[1] .. id, 'v') == ARGV[5] then
-  out = {'same', id, head}
+  out = {'same', id}
 else
-  out = record(ARGV[1] .. id, id, head)
+  out = record(ARGV[1] .. id, id)
   if out == nil then return miss() end
 end
 refresh(ARGV[1] .. id, ttl)

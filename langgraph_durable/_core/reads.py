@@ -77,10 +77,6 @@ class HotRecord:
     def version(self) -> str:
         return self.fields.get(b"v", b"").decode()
 
-    @property
-    def head(self) -> bool:
-        """Whether the checkpoint is the latest of its namespace in Redis."""
-        return self.fields.get(b"\x00head") == b"1"
 
 
 def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTuple:
@@ -254,10 +250,9 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     Postgres is never older than what was acknowledged.
     """
     where = locate(config)
-    found = yield from _read(ctx, where)
-    if found is None:
+    tup = yield from _read(ctx, where)
+    if tup is None:
         return None
-    tup = found[0]
     ctx.lineage.read(
         run_of(config),
         where.thread_id,
@@ -268,8 +263,8 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     return tup
 
 
-def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | None]:
-    """The checkpoint and whether it is its namespace's head."""
+def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
+    """The checkpoint ``where`` names (its namespace's latest without an id)."""
     keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
@@ -281,7 +276,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
             where.thread_id, ns, reply[1].decode(), held_version
         )
         if cached is not None:
-            return cached, reply[2] == b"1"
+            return cached
         reply = yield from try_hot(ctx, _get(keys, ns, reply[1].decode(), ctx.ttl_ms))
     if reply is not None and reply[0] == b"hit":
         try:
@@ -293,7 +288,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
             )
         else:
             ctx.cache.store(where.thread_id, ns, record.checkpoint_id, record.version, tup)
-            return tup, record.head
+            return tup
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
     if reply is not None and reply[0] in (b"miss", b"busy") and int(reply[1]):
@@ -329,7 +324,7 @@ def _read(ctx: Context, where: Location) -> Op[tuple[CheckpointTuple, bool] | No
         yield from _warm(ctx, keys, row, "head", reply[2])
     elif reply is not None and reply[0] == b"hit":  # a damaged hot copy: repair it
         yield from _warm(ctx, keys, row, "repair", b"")
-    return tup, where.checkpoint_id is None or row["head"] == row["checkpoint_id"]
+    return tup
 
 
 def _warm(

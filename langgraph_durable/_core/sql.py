@@ -149,8 +149,8 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        bl.channels AS blob_channels, bl.versions AS blob_versions, bl.blobs AS blobs,
        wr.task_ids AS write_task_ids, wr.idxs AS write_idxs, wr.channels AS write_channels,
        wr.paths AS write_paths, wr.blobs AS write_blobs,
-       -- the namespace's version in the same snapshot (a warm knows how new it is) and head
-       h.version, h.head
+       -- the namespace's version in the same snapshot (a warm knows how new it is)
+       h.version
 FROM picked p
 JOIN {{schema}}.lgd_checkpoints c USING (thread_id, checkpoint_ns, checkpoint_id)
 LEFT JOIN {{schema}}.lgd_heads h

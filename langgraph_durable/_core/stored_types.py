@@ -33,10 +33,10 @@ def record(ctx: Context, types: Iterable[TypeKey], where: Location) -> Op[None]:
     serde = ctx.serde
     if not isinstance(serde, StrictSerializer):
         return
-    new = serde.unknown(types)
+    new = sorted(serde.unknown(types))
     if not new:
         return
-    for key in sorted(new):
+    for key in new:
         if why := unreadable(key):
             name = ".".join(key)
             raise SerializationError(
@@ -48,12 +48,11 @@ def record(ctx: Context, types: Iterable[TypeKey], where: Location) -> Op[None]:
                 checkpoint_ns=where.checkpoint_ns,
                 checkpoint_id=where.checkpoint_id,
             )
-    ordered = sorted(new)
     yield Cold.one(
         ctx.statements.record_types_sql,
-        {"modules": [k[0] for k in ordered], "names": [k[1] for k in ordered]},
+        {"modules": [k[0] for k in new], "names": [k[1] for k in new]},
     )
-    serde.allow(ordered)
+    serde.allow(new)
 
 
 def learn(ctx: Context, refused: TypeKey) -> Op[bool]:

@@ -243,6 +243,8 @@ class Checker:
             if self._through_fork(parent, r.call.checkpoint_id, prev.call.checkpoint_id):
                 continue  # extends a fork asked for since, whose reply was lost: it
                 # committed all the same, and a read of the head found it
+            if prev.call.fork and self._fork_left_behind(parent, r, prev):
+                continue  # the fork was not the newest when it committed: a branch
             if not _descends(parent, r.call.checkpoint_id, prev.call.checkpoint_id):
                 basis = self.history[r.call.basis]
                 why = ("its writer's read began after that: a stale read"
@@ -252,6 +254,24 @@ class Checker:
                             f"{_short([r.call.parent_id])}) does not descend from "
                             f"{_short([prev.call.checkpoint_id])} acknowledged by #{prev.id}; "
                             + why)
+
+    def _fork_left_behind(self, parent: dict[str, str | None], r: Record, fork: Record) -> bool:
+        """Whether ``r``'s line holds a checkpoint made after ``fork``'s (a greater id: the
+        workload's ids sort by the time they were made, as LangGraph's do) and written
+        before the fork committed. The fork then never was the thread's latest: it stays
+        a branch beside that line, which goes on (docs/failure-model.md, "One history per
+        thread"); a fork that is the newest when it commits makes the other line's next
+        write conflict."""
+        node: str | None = r.call.parent_id
+        seen: set[str] = set()
+        while node and node not in seen:
+            seen.add(node)
+            put = self.puts.get(node)
+            if (put is not None and 0 <= put.wrote < fork.wrote
+                    and node > fork.call.checkpoint_id):
+                return True
+            node = parent.get(node)
+        return False
 
     def _through_fork(self, parent: dict[str, str | None], child: str, other: str) -> bool:
         """Whether ``child``'s line meets ``other``'s only above a fork put, acknowledged or

@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base.id import UUID
 
+from langgraph_durable._core.lineage import RUN_KEY
 from tests.sim.core import Context, Op, journal, ops, recover_hot
 
 READS = ("get_latest", "get_by_id", "list", "list_filter")
@@ -138,29 +139,28 @@ class Workload:
         return [("counter", self.token("v")), ("log", self.token("l"))][: self.rng.randint(1, 2)]
 
 
-def carried(tup: CheckpointTuple | None) -> dict[str, Any]:
-    """What LangGraph carries from the checkpoint a run loaded into each of its puts: the
-    loaded config's configurable (the saver's head marker among it)."""
-    if tup is None:
-        return {}
-    return {k: v for k, v in tup.config["configurable"].items() if k.startswith("__")}
+def run_config(
+    run: object, thread: str, ns: str, checkpoint_id: str | None = None
+) -> RunnableConfig:
+    """The config of a read or write made inside one LangGraph run: LangGraph passes the
+    run's runtime object in every one of them (`_core.lineage`)."""
+    made = config(thread, ns, checkpoint_id)
+    made["configurable"][RUN_KEY] = run
+    return made
 
 
 def put_call(
     w: Workload, ctx: Context, proc: int, where: tuple[str, str], parent_id: str | None,
-    step: int, *, fork: bool, basis: int, carry: dict[str, Any],
+    step: int, *, fork: bool, basis: int, run: object,
 ) -> Call:
-    """A put of a new checkpoint at ``step``, child of ``parent_id``, with the
-    configurable keys the run carries from the checkpoint it loaded."""
+    """A put of a new checkpoint at ``step``, child of ``parent_id``, made by ``run``."""
     thread, ns = where
     cid = w.checkpoint_id()
     cp, versions = w.checkpoint(cid, step, proc)
     metadata: CheckpointMetadata = {"source": "fork" if fork else "loop", "step": step,
                                     "parents": {}}
     w.known.setdefault(where, []).append(cid)
-    put_config = config(thread, ns, parent_id)
-    put_config["configurable"].update(carry)
-    op = ops.put(ctx, put_config, cp, metadata, versions)
+    op = ops.put(ctx, run_config(run, thread, ns, parent_id), cp, metadata, versions)
     return Call("put", thread, ns, op, checkpoint_id=cid, parent_id=parent_id or "", fork=fork,
                 step=step, basis=basis)
 
@@ -180,27 +180,29 @@ def writer_turn(w: Workload, ctx: Context, proc: int) -> Actor:
     thread, ns = w.where()
     known = w.known.get((thread, ns), [])
     fork = bool(known) and w.rng.random() < 0.1
+    run = object()  # this turn's runtime, as LangGraph makes one per run
     if fork:
         base = w.rng.choice(known)
-        read = yield Call("get_by_id", thread, ns, ops.get_tuple(ctx, config(thread, ns, base)),
+        read = yield Call("get_by_id", thread, ns,
+                          ops.get_tuple(ctx, run_config(run, thread, ns, base)),
                           checkpoint_id=base)
     else:
-        read = yield Call("get_latest", thread, ns, ops.get_tuple(ctx, config(thread, ns)))
+        read = yield Call("get_latest", thread, ns,
+                          ops.get_tuple(ctx, run_config(run, thread, ns)))
     if not read.acked or (fork and read.result is None):
         return
     head: CheckpointTuple | None = read.result
     step = int(head.metadata.get("step", -1)) + 1 if head else 0
-    carry = carried(head)
     put = yield put_call(w, ctx, proc, (thread, ns), tuple_id(head), step, fork=fork,
-                         basis=read.id, carry=carry)
+                         basis=read.id, run=run)
     if not put.acked:
         return
     for _ in range(w.rng.randint(1, 3)):
         if not (yield writes_call(w, ctx, thread, ns, put.call.checkpoint_id)).acked:
             return
-    # a forked run goes on along its own branch (LangGraph carries no head marker)
-    yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=fork,
-                   basis=put.id, carry=carry)
+    # a forked run goes on along its own branch, extending what it wrote
+    yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=False,
+                   basis=put.id, run=run)
 
 
 def reader(w: Workload, ctx: Context) -> Actor:
