@@ -278,7 +278,7 @@ def _position(scratchpad: object, task_id: str) -> int:
 @contextmanager
 def _running(engine: Engine, request: core.Invoke) -> Iterator[None]:
     """Expose the call's key to `current_idempotency_key` and keep its lease alive."""
-    token = _CURRENT_KEY.set(request.key)
+    token = _CURRENT_KEY.set(request.idempotency_key)
     try:
         with engine.leases.track(request.key, request.attempt, request.lease):
             yield

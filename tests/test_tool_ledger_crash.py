@@ -35,6 +35,7 @@ SCENARIOS = [
     ("graph", "in_charge", "verify"), ("graph", "in_charge", "idempotent"),
     ("graph", "in_charge", "raise"), ("graph", "in_charge", "interrupt"),
     ("agent", "in_charge", "idempotent"), ("agent", "in_charge", "interrupt"),
+    ("graph", "in_charge", "fork"),
 ]
 Crashed = dict[tuple[str, str, str], str]
 
@@ -173,6 +174,27 @@ def test_kill_inside_charge_idempotent_retries_with_the_same_key(
     assert app.charges(schema, thread) == 1
     record = _by_tool(saver, thread)["charge"]
     assert (record.key, record.status, record.attempts) == (keys[0], "succeeded", 2)
+
+
+def test_a_fork_retries_a_cut_off_call_under_the_key_the_provider_saw(
+        saver: DurableSaver, namespace: tuple[str, str], crashed: Crashed) -> None:
+    """(b), then the thread is forked at its last checkpoint, before the tools (what
+    `langgraph-durable fork` does), and the fork resumes with ``idempotent=True``: its
+    retry presents the key the outside world saw for the original call, so it dedupes it:
+    one charge across both threads."""
+    schema, _ = namespace
+    thread = crashed[("graph", "in_charge", "fork")]
+    head = saver.get_tuple({"configurable": {"thread_id": thread}})
+    assert head is not None
+    fork = f"{thread}-fork"
+    saver.copy_thread(thread, fork, up_to=head.config["configurable"]["checkpoint_id"])
+    copied = _by_tool(saver, fork)["charge"]
+    original = app.attempts(schema, thread, "charge")
+    assert copied.key != original[0] and copied.idempotency_key == original[0]
+    result = _resume(saver, schema, ("graph", "in_charge", "idempotent"), fork)
+    assert "charged 1250 cents" in _final_text(result)
+    assert app.attempts(schema, fork, "charge") == original
+    assert app.charges(schema, thread) + app.charges(schema, fork) == 1
 
 
 def test_kill_inside_charge_raise_then_operator_settles(

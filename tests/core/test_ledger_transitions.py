@@ -56,7 +56,8 @@ def _row(ctx: Context, status: str, *, attempts: int = 1, claimed: bool = False,
         "task_id": "task", "tool": "charge", "args_fingerprint": "fp", "status": status,
         "attempts": attempts, "error": error, "error_type": error_type, "retryable": retryable,
         "lease_owner": owner, "lease_expires_at": None, "duplicate_of": None,
-        "started_at": NOW, "finished_at": None, "claimed": claimed, "lease_expired": expired,
+        "started_at": NOW, "finished_at": None, "idempotency_key": KEY,
+        "claimed": claimed, "lease_expired": expired,
         "result": None if result is None else encode_result(ctx.serde, result), **fields,
     }
 
@@ -343,3 +344,22 @@ def test_a_claim_again_whose_reply_was_lost_runs_the_next_attempt_once(ctx: Cont
     assert script.run(ledger.call(ctx, spec)) == "ok"
     nonces = {script.requests[i].statements[0].params["nonce"] for i in (0, 1, 3)}
     assert nonces == {spec.nonce}
+
+
+def test_a_call_copied_into_a_fork_presents_the_originals_key_downstream(ctx: Context) -> None:
+    """A row copied into a fork (its ``idempotency_key`` is the original call's) is
+    verified, and run again, with the key the downstream API saw, while its own key fences
+    the ledger's statements and the lease."""
+    sql = _sql(ctx)
+    copied = _row(ctx, "uncertain", idempotency_key="lgd-original")
+    script = Script([
+        (cold(sql.claim), [[copied]]),
+        (effect(ledger.Verify, key="lgd-original"), None),
+        (cold(sql.reclaim), [[_row(ctx, "started", attempts=2, owner=ctx.consumer,
+                                   idempotency_key="lgd-original")]]),
+        (effect(ledger.Invoke, key=KEY, idempotency_key="lgd-original"),
+         ledger.Returned("charged")),
+        (cold(sql.finish), [[{"key": KEY}]]),
+    ])
+    assert script.run(ledger.call(ctx, _spec(verify=True, on_uncertain="retry"))) == "charged"
+    assert dict(script.requests[2].statements[0].params)["key"] == KEY

@@ -53,6 +53,9 @@ class LedgerRecord:
         duplicate_of: the key of a recent call with the same thread, tool and
             arguments, when this one was flagged as a probable duplicate.
         started_at, finished_at: first claim, latest outcome (database clock).
+        idempotency_key: the key the tool passes downstream (`current_idempotency_key`)
+            and ``verify`` receives: ``key`` itself, except for a call copied into a fork
+            (``copy_thread``), which keeps the key the downstream API saw for the original.
     """
 
     key: str
@@ -73,6 +76,7 @@ class LedgerRecord:
     duplicate_of: str | None
     started_at: datetime
     finished_at: datetime | None
+    idempotency_key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +139,13 @@ class Ask:
 
 @dataclass(frozen=True, slots=True)
 class Invoke:
-    """Run the tool under the current lease; the driver sends back `Returned` or `Raised`."""
+    """Run the tool under the current lease (``key``'s), exposing ``idempotency_key`` to
+    it; the driver sends back `Returned` or `Raised`."""
 
     key: str
     attempt: int
     lease: float
+    idempotency_key: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,7 +243,7 @@ def _fresh(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
 
 
 def _execute(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
-    outcome = yield Invoke(spec.key, record.attempts, spec.policy.lease)
+    outcome = yield Invoke(spec.key, record.attempts, spec.policy.lease, record.idempotency_key)
     if isinstance(outcome, Returned):
         frame, note = None, None
         try:
@@ -375,7 +375,7 @@ def _settle(ctx: Context, spec: CallSpec, seen: Seen) -> CallOp[tuple[Any] | Non
     resolution = None
     if spec.policy.verify:
         resolution = parse_resolution(
-            (yield Verify(spec.key, spec.args)), key=spec.key, source="verify"
+            (yield Verify(record.idempotency_key, spec.args)), key=spec.key, source="verify"
         )
     if resolution is None:
         if spec.policy.on_uncertain == "raise":

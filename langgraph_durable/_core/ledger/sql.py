@@ -60,6 +60,12 @@ CREATE INDEX lgd_tool_calls_recent_idx
         # NULL for rows claimed before: no retried claim takes them for its own.
         "ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN claim_nonce text",
     ),
+    Migration(
+        7,
+        "tool-call ledger: the key a fork's copy keeps for downstream",
+        # NULL: the row's own key (every call that was not copied into a fork)
+        "ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN idempotency_key text",
+    ),
 )
 
 # What every statement that returns records returns, in `LedgerRecord` order, plus whether
@@ -84,11 +90,20 @@ COLUMNS = (
     "started_at",
     "finished_at",
 )
+# The key passed downstream: a fork's copy keeps the original's, any other row its own.
+_DOWNSTREAM = "COALESCE({t}idempotency_key, {t}key) AS idempotency_key"
 _RECORD = (
     ", ".join(COLUMNS)
+    + ", "
+    + _DOWNSTREAM.format(t="")
     + ", (lease_expires_at IS NOT NULL AND lease_expires_at < clock_timestamp()) AS lease_expired"
 )
-_T_RECORD = ", ".join(f"t.{c}" for c in COLUMNS) + ", false AS lease_expired"
+_T_RECORD = (
+    ", ".join(f"t.{c}" for c in COLUMNS)
+    + ", "
+    + _DOWNSTREAM.format(t="t.")
+    + ", false AS lease_expired"
+)
 
 _LEASE = "clock_timestamp() + make_interval(secs => %(lease)s::float8)"
 
@@ -254,18 +269,20 @@ DELETE FROM {schema}.lgd_tool_calls WHERE thread_id = ANY(%(thread_ids)s)
 """
 
 # `ops.copy_thread`: derived keys are recomputed for the target; explicit keys are global
-# and stay with the source. %(source)s %(target)s
+# and stay with the source. Each copy keeps the key the downstream API saw for the
+# original (``idempotency_key``), so a fork that retries a call cut off in the source
+# presents the key the provider already knows. %(source)s %(target)s
 COPY_THREAD_LEDGER_SQL = """
 INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, tool_call_id,
     task_id, tool, args_fingerprint, status, attempts, result, error, error_type, retryable,
-    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at)
+    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at, idempotency_key)
 SELECT 'lgd-' || left(encode(sha256(convert_to(
            octet_length(%(target)s)::text || ':' || %(target)s || '|'
            || octet_length(checkpoint_ns)::text || ':' || checkpoint_ns || '|'
            || octet_length(call_ref)::text || ':' || call_ref, 'UTF8')), 'hex'), 40),
        %(target)s, checkpoint_ns, call_ref, tool_call_id, task_id, tool, args_fingerprint,
        status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
-       duplicate_of, started_at, finished_at
+       duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key)
 FROM {schema}.lgd_tool_calls WHERE thread_id = %(source)s AND call_ref IS NOT NULL
 ON CONFLICT (key) DO NOTHING
 """
