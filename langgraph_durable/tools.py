@@ -10,10 +10,13 @@ for asyncio callers.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 import itertools
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any, overload
 from langchain_core.messages import ToolMessage
 from langchain_core.messages.tool import ToolOutputMixin
 from langchain_core.runnables import RunnableConfig, ensure_config
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langchain_core.tools import tool as as_tool
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import GraphBubbleUp
@@ -162,6 +165,9 @@ class DurableTool(BaseTool):
 
         async def effect(request: Any) -> Any:
             if isinstance(request, core.Invoke):
+                if _blocking(self.inner):
+                    return await self._run_in_thread(
+                        engine, spec, request, lambda: self.inner.run(tool_input, *args, **kwargs))
                 with _running(engine, request):
                     try:
                         return core.Returned(await self.inner.arun(tool_input, *args, **kwargs))
@@ -178,6 +184,51 @@ class DurableTool(BaseTool):
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("DurableTool runs through run()/invoke()")
+
+    async def _run_in_thread(self, engine: Engine, spec: core.CallSpec, request: core.Invoke,
+                             work: Callable[[], Any]) -> core.Returned | core.Raised:
+        """Run a blocking tool in the event loop's executor, as LangChain would, but keep the
+        call this process's until the work has really ended: cancelling the awaiting task
+        (a timeout, a client that left) cannot stop a thread, so the call stays handled
+        here and its lease keeps beating, and the thread records the outcome itself once
+        the work ends. A caller that retries meanwhile waits for it, or replays it."""
+        lock, state = threading.Lock(), {"abandoned": False}
+
+        def run() -> core.Returned | core.Raised:
+            with engine.handling(request.key), _running(engine, request):
+                try:
+                    outcome: core.Returned | core.Raised = core.Returned(work())
+                except BaseException as exc:
+                    outcome = self._raised(exc)
+                with lock:
+                    abandoned = state["abandoned"]
+                if abandoned:
+                    self._record_late(engine, spec, request, outcome)
+                return outcome
+
+        future = asyncio.get_running_loop().run_in_executor(
+            None, contextvars.copy_context().run, run)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with lock:
+                state["abandoned"] = True
+                ended = future.done()
+            if ended and not future.cancelled() and future.exception() is None:
+                # the work ended just before the cancellation reached us: record it here
+                outcome = future.result()
+                threading.Thread(target=self._record_late, daemon=True,
+                                 args=(engine, spec, request, outcome)).start()
+            raise
+
+    @staticmethod
+    def _record_late(engine: Engine, spec: core.CallSpec, request: core.Invoke,
+                     outcome: core.Returned | core.Raised) -> None:
+        try:
+            engine.run(core.record_outcome(engine.context, spec, request.attempt, outcome))
+        except Exception as exc:  # the lease runs out; the call becomes uncertain
+            logger.warning("tool call %s (%s) ended after its caller stopped waiting, and "
+                           "its outcome could not be recorded: %s", spec.key, spec.tool, exc)
 
     def _raised(self, error: BaseException) -> core.Raised:
         if isinstance(error, GraphBubbleUp):
@@ -263,6 +314,15 @@ def _arg_names(tool: BaseTool) -> frozenset[str]:
         return frozenset((schema.get("properties") or {}).keys())
     fields = getattr(schema, "model_fields", None) or getattr(schema, "__fields__", {})
     return frozenset(fields)
+
+
+def _blocking(tool: BaseTool) -> bool:
+    """Whether ``tool`` has no coroutine of its own: LangChain runs it in a thread."""
+    if isinstance(tool, StructuredTool | Tool):
+        return tool.coroutine is None
+    # a BaseTool subclass that keeps LangChain's own async path
+    return inspect.getattr_static(type(tool), "_arun") is inspect.getattr_static(
+        BaseTool, "_arun")
 
 
 def _position(scratchpad: object, task_id: str) -> int:

@@ -357,6 +357,38 @@ async def test_cancelled_call_is_not_an_outcome(saver: DurableSaver) -> None:
     assert record is not None and (record.status, record.attempts) == ("succeeded", 2)
 
 
+async def test_a_cancelled_caller_does_not_end_a_blocking_call_still_running(
+        saver: DurableSaver) -> None:
+    """A blocking tool runs in the event loop's executor; its caller times out. The thread
+    goes on, so the call stays this process's: a retry started at once neither takes it for
+    dead (``verify`` would say "not happened" yet) nor runs it again, but waits, and replays
+    the outcome the thread recorded when the work ended. One effect."""
+    effects: list[str] = []
+    running = threading.Event()
+
+    def verify(key: str, args: Any) -> Any:
+        return ("succeeded", "charged") if effects else ("failed", "not charged")
+
+    @durable_tool(saver=saver, verify=verify, wait=10.0)
+    def charge(order: str) -> str:
+        """Charge an order, slowly."""
+        running.set()
+        time.sleep(0.6)
+        effects.append(order)
+        return "charged"
+
+    thread = _thread()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(charge.ainvoke(_call("charge", {"order": "A"}), _config(thread)),
+                               0.2)
+    assert running.is_set() and effects == []
+    retried = await charge.ainvoke(_call("charge", {"order": "A"}), _config(thread))
+    assert retried.content == "charged"
+    assert effects == ["A"]
+    record = saver.ledger.get(saver.ledger.key_for(thread, "c1"))
+    assert record is not None and (record.status, record.attempts) == ("succeeded", 1)
+
+
 def test_expired_lease_of_another_host_is_taken_over(saver: DurableSaver,
                                                       namespace: tuple[str, str]) -> None:
     """A call another host started and stopped heartbeating becomes uncertain once its

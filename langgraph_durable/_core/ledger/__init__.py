@@ -24,7 +24,7 @@ from langgraph_durable._core.ledger.model import (
     Status,
     Verify,
 )
-from langgraph_durable._core.ledger.protocol import call, interrupt_payload
+from langgraph_durable._core.ledger.protocol import call, interrupt_payload, record_outcome
 from langgraph_durable._core.ledger.records import counts, get, heartbeat, list_thread, resolve
 
 __all__ = [
@@ -51,5 +51,6 @@ __all__ = [
     "heartbeat",
     "interrupt_payload",
     "list_thread",
+    "record_outcome",
     "resolve",
 ]

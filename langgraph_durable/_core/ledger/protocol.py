@@ -244,6 +244,19 @@ def _fresh(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
 
 def _execute(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
     outcome = yield Invoke(spec.key, record.attempts, spec.policy.lease, record.idempotency_key)
+    yield from record_outcome(ctx, spec, record.attempts, outcome)
+    if isinstance(outcome, Returned):
+        return outcome.value
+    raise outcome.error
+
+
+def record_outcome(
+    ctx: Context, spec: CallSpec, attempts: int, outcome: Returned | Raised
+) -> Op[None]:
+    """Record what attempt ``attempts`` of a call came to: succeeded with its result, or
+    failed (a pause is a retryable failure); a cancellation records nothing. Run by the
+    call itself, or, when the caller stopped waiting on work that went on in a thread, by
+    that thread once the work ended (``langgraph_durable.tools``)."""
     if isinstance(outcome, Returned):
         frame, note = None, None
         try:
@@ -251,15 +264,14 @@ def _execute(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
         except Exception as exc:  # the effect happened: record that, without the value
             note = f"result not stored: {type(exc).__name__}: {exc}"
             logger.error("tool call %s (%s): %s", spec.key, spec.tool, note)
-        yield from _finish(ctx, spec, record.attempts, status="succeeded", result=frame, error=note)
-        return outcome.value
-    assert isinstance(outcome, Raised)
+        yield from _finish(ctx, spec, attempts, status="succeeded", result=frame, error=note)
+        return
     error = outcome.error
     if outcome.kind == "paused":
         yield from _finish(
             ctx,
             spec,
-            record.attempts,
+            attempts,
             status="failed",
             retryable=True,
             error=f"paused by {type(error).__name__}; runs again on resume",
@@ -269,13 +281,12 @@ def _execute(ctx: Context, spec: CallSpec, record: LedgerRecord) -> CallOp[Any]:
         yield from _finish(
             ctx,
             spec,
-            record.attempts,
+            attempts,
             status="failed",
             retryable=outcome.retryable,
             error=str(error) or repr(error),
             error_type=error_type(error),
         )
-    raise error
 
 
 def _finish(
