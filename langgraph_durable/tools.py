@@ -48,6 +48,7 @@ logger = logging.getLogger("langgraph_durable")
 
 # LangGraph's per-task config keys (private names, stable since langgraph 0.2).
 _TASK_ID = "__pregel_task_id"
+_DURABILITY = "__pregel_durability"
 _SCRATCHPAD = "__pregel_scratchpad"
 
 _CURRENT_KEY: ContextVar[str | None] = ContextVar("langgraph_durable_tool_key", default=None)
@@ -298,6 +299,8 @@ class DurableTool(BaseTool):
             tool_call_id=tool_call_id, task_id=str(task_id) if task_id else None,
             tool=self.name, args=args, fingerprint=fingerprint(args),
             owner=saver.engine.owner, policy=options.policy,
+            decided_by=(configurable.get("checkpoint_map") or {}).get(ns) if task_id else None,
+            durability=configurable.get(_DURABILITY),
         )
 
     def _model_args(self, tool_input: str | dict[str, Any]) -> Any:

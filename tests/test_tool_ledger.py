@@ -17,7 +17,8 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, tool
-from langgraph.graph import END, START, StateGraph
+from langgraph.config import get_config
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, ToolRuntime
 from langgraph.types import Command, RetryPolicy, interrupt
@@ -387,6 +388,65 @@ async def test_a_cancelled_caller_does_not_end_a_blocking_call_still_running(
     assert effects == ["A"]
     record = saver.ledger.get(saver.ledger.key_for(thread, "c1"))
     assert record is not None and (record.status, record.attempts) == ("succeeded", 1)
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
+        make_saver: Any, namespace: tuple[str, str], durability: str) -> None:
+    """The checkpoint holding the model's tool call (and so the call's id and key) is in
+    Postgres before the tool's effect starts, in both write modes and with LangGraph's
+    ``durability`` "sync" or "async": written behind with a flusher that would wait a
+    minute, the call drains the thread's journal first. A crash during the effect then
+    resumes from that decision instead of asking the model again."""
+    saver = make_saver(flush_interval=60.0)
+    seen: list[int] = []
+
+    @durable_tool(saver=saver)
+    def charge(order: str) -> str:
+        """Charge an order."""
+        configurable = get_config()["configurable"]
+        seen.append(len(_sql(
+            f'SELECT 1 FROM "{namespace[0]}".lgd_checkpoints WHERE thread_id = %s '
+            "AND checkpoint_ns = '' AND checkpoint_id = %s",
+            configurable["thread_id"], configurable["checkpoint_map"][""])))
+        return "charged"
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        call = {"name": "charge", "args": {"order": "A"}, "id": f"call-{uuid.uuid4().hex}",
+                "type": "tool_call"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", ToolNode([charge]))
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke({"messages": [("user", "buy")]}, _config(_thread()), durability=durability)
+    assert seen == [1]
+
+
+def test_durability_exit_is_said_loudly(saver: DurableSaver,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Under ``durability="exit"`` LangGraph writes no checkpoint before the run ends, so
+    no decision can be durable before the effect: the tool runs, and a warning says what a
+    crash would cost, once per process."""
+    from langgraph_durable._core.ledger import protocol
+
+    protocol._warned_exit = False
+    calls: list[int] = []
+    echo = _echo(saver, calls)
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([echo]))
+    builder.add_edge(START, "tools")
+    graph = builder.compile(checkpointer=saver)
+    message = AIMessage("", tool_calls=[_call("echo", {"x": 1})])
+    with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
+        for _ in range(2):
+            graph.invoke({"messages": [message]}, _config(_thread()), durability="exit")
+    assert calls == [1, 1]
+    said = [r for r in caplog.records if "durability='exit'" in r.getMessage()]
+    assert len(said) == 1
 
 
 def test_expired_lease_of_another_host_is_taken_over(saver: DurableSaver,

@@ -133,6 +133,14 @@ ON CONFLICT (module, name) DO NOTHING
 
 KNOWN_TYPES_SQL = "SELECT module, name FROM {schema}.lgd_types"
 
+# Whether Postgres holds a checkpoint (the one that decided a tool call: `_core.ledger`).
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s
+CHECKPOINT_STORED_SQL = """
+SELECT 1 FROM {schema}.lgd_checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND checkpoint_id = %(checkpoint_id)s
+"""
+
 # Every commit that changes a namespace takes a new version from one sequence, so versions
 # only grow, across deletes and copies too. Redis keeps the newest version it has seen of
 # each namespace and refuses an older copy (see `_core/lua.py`).
@@ -696,6 +704,7 @@ class Statements:
     declarations and the constants agree."""
 
     bump_thread_sql: sql.SQL
+    checkpoint_stored_sql: sql.SQL
     copy_source_blobs_sql: sql.SQL
     copy_source_checkpoints_sql: sql.SQL
     copy_source_writes_sql: sql.SQL

@@ -107,6 +107,10 @@ class CallSpec:
     owner: str
     policy: Policy
     nonce: str = field(default_factory=claim_nonce)  # stamped on this call's claims
+    # the checkpoint the call runs from (the one holding the model's tool call), and
+    # LangGraph's durability for the run: the call waits until that checkpoint is durable
+    decided_by: str | None = None
+    durability: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from redis.backoff import ExponentialBackoff
 
+from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.ledger.model import (
     INTERRUPT_TYPE,
@@ -51,11 +52,13 @@ from langgraph_durable._core.ledger.values import (
     rebuild_error,
 )
 from langgraph_durable._core.requests import Cold, Op, Pause
+from langgraph_durable.config import seconds
 from langgraph_durable.errors import (
     ConfigurationError,
     IdempotencyConflictError,
     SerializationError,
     TierUnavailableError,
+    ToolCallError,
     ToolCallInProgressError,
     ToolOutcomeUncertainError,
 )
@@ -77,6 +80,7 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
     recorded), `IdempotencyConflictError`, `ToolCallInProgressError`,
     `ToolOutcomeUncertainError`, or `TierUnavailableError` when Postgres is unreachable.
     """
+    yield from _decision_durable(ctx, spec)
     seen = yield from _claim(ctx, spec)
     if seen.claimed:
         return (yield from _fresh(ctx, spec, seen.record))
@@ -133,6 +137,66 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
                 return (yield from _fresh(ctx, spec, seen.record))
         else:
             seen = again
+
+
+def _decision_durable(ctx: Context, spec: CallSpec) -> Op[None]:
+    """Hold the call until the checkpoint that decided it (the one holding the model's tool
+    call, and every one before it) is in Postgres: a crash after the effect must resume
+    from that decision, never ask the model again (a new answer, new tool-call ids, new
+    keys). Write-through with LangGraph's ``durability="sync"``: committed before the step
+    ran, nothing to do. ``"async"``: the put may still be in flight; wait for it.
+    Write-behind: move the thread's journal to Postgres first (and again while the put is in
+    flight). ``"exit"``: LangGraph writes no checkpoint before the run ends, so there is
+    nothing to wait for: said once, loudly.
+
+    Raises:
+        TierUnavailableError: Postgres (or, written behind, Redis) cannot be reached; the
+            tool does not run.
+        ToolCallError: the checkpoint did not reach Postgres within ``write_deadline``.
+    """
+    if spec.decided_by is None:
+        return
+    if spec.durability == "exit":
+        _warn_exit_durability(spec)
+        return
+    behind = ctx.config.write_mode == "behind"
+    if not behind and spec.durability != "async":
+        return
+    deadline = seconds(ctx.config.write_deadline)
+    where = {"thread_id": spec.thread_id, "checkpoint_ns": spec.checkpoint_ns,
+             "checkpoint_id": spec.decided_by}
+    waited, polls = 0.0, 0
+    while True:
+        if behind:
+            yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
+        if (yield Cold.one(ctx.statements.checkpoint_stored_sql, where, fetch=True))[0]:
+            return
+        if waited >= deadline:
+            raise ToolCallError(
+                f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) did not run: "
+                f"checkpoint {spec.decided_by!r}, which decided it, did not reach Postgres "
+                f"within {deadline:g}s (write_deadline)",
+                key=spec.key,
+            )
+        delay = max(0.002, min(_POLL.compute(polls), deadline - waited))
+        polls, waited = polls + 1, waited + delay
+        yield Pause(delay)
+
+
+_warned_exit = False
+
+
+def _warn_exit_durability(spec: CallSpec) -> None:
+    global _warned_exit
+    if not _warned_exit:
+        _warned_exit = True
+        logger.warning(
+            "durable tool %s runs under LangGraph durability='exit': the checkpoint that "
+            "decided the call is written only when the run ends, so a crash during the run "
+            "asks the model again and the call may come back under a new tool-call id. Use "
+            "durability='sync' or 'async' for tools with side effects (docs/tool-ledger.md)",
+            spec.tool,
+        )
 
 
 def _claim(ctx: Context, spec: CallSpec) -> Op[Seen]:
