@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage
@@ -145,4 +145,23 @@ def charge_card_graph(saver: Any, calls: list[int] | None = None) -> CompiledSta
     builder = StateGraph(MessagesState)
     builder.add_node("tools", ToolNode([charge_card]))
     builder.add_edge(START, "tools")
+    return builder.compile(checkpointer=saver)
+
+
+def model_then_tool_graph(saver: Any, tool: Any, args: dict[str, Any],
+                          call_id: Callable[[], str]) -> CompiledStateGraph[Any]:
+    """model → ToolNode([tool]) → END, where the model asks for ``tool`` with ``args`` under
+    the tool-call id ``call_id()`` (a real model mints a new random one on every call)."""
+    from langgraph.prebuilt import ToolNode
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        call = {"name": tool.name, "args": args, "id": call_id(), "type": "tool_call"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}  # type: ignore[list-item]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", ToolNode([tool]))
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
     return builder.compile(checkpointer=saver)

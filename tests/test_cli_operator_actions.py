@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
+from langchain_core.messages import HumanMessage
 from typer.testing import Result
 
 from langgraph_durable import DurableSaver, ToolOutcomeUncertainError, durable_tool
 from tests.cli_runner import cli_for
 from tests.conftest import POSTGRES_URL, REDIS_URL
-from tests.graphs import chat_graph
+from tests.graphs import chat_graph, model_then_tool_graph
 
 
 @pytest.fixture
@@ -221,17 +219,7 @@ def test_fork_does_not_repeat_a_recorded_tool_call(cli: Callable[..., Result],
         charges.append(order)
         return f"charged {order}"
 
-    def model(state: MessagesState) -> dict[str, Any]:
-        call = {"name": "charge", "args": {"order": "A-1"}, "id": "call_c", "type": "tool_call"}
-        return {"messages": [AIMessage("", tool_calls=[call])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", model)
-    builder.add_node("tools", ToolNode([charge]))
-    builder.add_edge(START, "model")
-    builder.add_edge("model", "tools")
-    builder.add_edge("tools", END)
-    graph = builder.compile(checkpointer=saver)
+    graph = model_then_tool_graph(saver, charge, {"order": "A-1"}, lambda: "call_c")
     thread = f"shop-{uuid.uuid4().hex[:6]}"
     graph.invoke({"messages": [HumanMessage("buy")]}, {"configurable": {"thread_id": thread}})
     result = cli("fork", thread, checkpoint_at(saver, thread, 1))  # model done

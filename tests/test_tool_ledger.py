@@ -37,6 +37,7 @@ from langgraph_durable._core.ledger.keys import derive_key
 from langgraph_durable._tiers.host import owner_gone, process_owner
 from tests import ledger_app as app
 from tests.conftest import POSTGRES_URL
+from tests.graphs import model_then_tool_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore:.*create_react_agent.*")
@@ -411,17 +412,8 @@ def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
             configurable["thread_id"], configurable["checkpoint_map"][""])))
         return "charged"
 
-    def model(state: MessagesState) -> dict[str, Any]:
-        call = {"name": "charge", "args": {"order": "A"}, "id": f"call-{uuid.uuid4().hex}",
-                "type": "tool_call"}
-        return {"messages": [AIMessage("", tool_calls=[call])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", model)
-    builder.add_node("tools", ToolNode([charge]))
-    builder.add_edge(START, "model")
-    builder.add_edge("model", "tools")
-    graph = builder.compile(checkpointer=saver)
+    graph = model_then_tool_graph(saver, charge, {"order": "A"},
+                                  lambda: f"call-{uuid.uuid4().hex}")
     graph.invoke({"messages": [("user", "buy")]}, _config(_thread()), durability=durability)
     assert seen == [1]
 
