@@ -171,8 +171,9 @@ def test_replay(env: Env) -> None:
 # (773, 1020: the checker), a flush acknowledgement lost after Redis was emptied (behind
 # 2786), a root hiding a newer head Redis forgot (3178), a write sent through Postgres
 # without its intent (593).
-# Fencing kept out of configs: a run's read by id and then of the latest before its put,
-# and a fork that was not the newest when it committed (through 412, 793, 947).
+# Fencing kept out of configs: a reader's read by id in the same process as a run that read
+# the latest and puts (412, 793: runs are told apart), and a fork that was not the newest
+# when it committed (947).
 REGRESSION_SEEDS = [
     *((seed, "through")
       for seed in (20, 29, 111, 217, 297, 344, 412, 418, 773, 793, 888, 947, 1020, 1292,

@@ -9,9 +9,9 @@ head (a compare-and-set: it commits only while its parent is still the head) or 
   head cannot both commit on it: the second gets `ThreadConflictError`.
 - a read *by id* (time travel, ``update_state`` or ``invoke`` with a ``checkpoint_id``): the
   caller asked for that checkpoint, so the first put from it forks and is never refused
-  (a live run writing from the same parent gets the conflict at its next write instead).
-  A later read of the latest checkpoint by the same run that returns that checkpoint (it
-  is the head) makes the put extend it again.
+  (a live run writing from the same parent gets the conflict at its next write instead),
+  even when the checkpoint was the head and the same caller then reads the latest
+  (``update_state`` reads both ways before it writes).
 - every later put of the run extends the checkpoint the run itself wrote last.
 
 `Lineage` remembers those facts in this process, keyed by the run and the checkpoint. A
@@ -51,10 +51,14 @@ class Lineage:
         self._marks: OrderedDict[_Mark, bool] = OrderedDict()
 
     def read(self, run: int, thread_id: str, ns: str, checkpoint_id: str, *, latest: bool) -> None:
-        """A run read ``checkpoint_id``: as the latest (it will extend it) or by its id (it
-        will fork from it); the run's last read of a checkpoint decides."""
+        """A run read ``checkpoint_id``: as the latest (it will extend it, unless the run
+        addressed it by id before) or by its id (it will fork from it)."""
         with self._lock:
-            self._set((run, thread_id, ns, checkpoint_id), latest)
+            key = (run, thread_id, ns, checkpoint_id)
+            if latest and key in self._marks:
+                self._marks.move_to_end(key)
+                return
+            self._set(key, latest)
 
     def wrote(self, run: int, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """A run wrote ``checkpoint_id``: its next put extends it."""

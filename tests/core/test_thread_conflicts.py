@@ -136,15 +136,14 @@ def _cas_of(ctx: Context, op: Any) -> bool:
     return bool(script.requests[1].statements[0].params["cas"])
 
 
-def test_the_last_read_of_a_checkpoint_decides_fork_or_extend(ctx: Context) -> None:
+def test_a_put_from_a_checkpoint_read_by_id_forks_even_from_the_head(ctx: Context) -> None:
     """An explicit checkpoint id is a fork the caller asked for: the put is not compared,
-    even when the same process had read that checkpoint as the latest before; a read of
-    the latest that returns it again makes the put extend it."""
+    even when the same caller had read that checkpoint as the latest before, or reads it as
+    the latest after (``update_state`` reads by id, then the latest, then writes)."""
     ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
     ctx.lineage.read(0, THREAD, "", PARENT, latest=False)
-    assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
     ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
-    assert _cas_of(ctx, _put_from(ctx, PARENT)) is True
+    assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
 
 
 def test_runs_are_told_apart_by_the_runtime_langgraph_passes(ctx: Context) -> None:
