@@ -36,6 +36,12 @@ CACHE = ROOT / ".compat-cache"
 INSTALL_HINT = f"{sys.executable} -m pip install -e '.[dev,compat]' -c compat/constraints.txt"
 PYTEST_LINE = re.compile(r"^=+ (.* in [\d.]+s\b.*?) =+$")
 
+WALL_CLOCK = frozenset({"test_stream_buffering_single_node",
+                        "test_stream_subgraphs_during_execution"})
+"""Upstream tests (sync and async) that assert when stream chunks arrive, in 0.1 s windows
+of wall-clock time around ``time.sleep`` calls. A pause of the machine fails them whatever
+the saver; one that fails is run once more on its own, and passes only if that run passes."""
+
 
 def _installed(name: str) -> str | None:
     """The installed version of distribution ``name``, None when it is not installed."""
@@ -128,14 +134,17 @@ def parity_check(tarball: Path, work: Path, args: argparse.Namespace) -> int:
     return 0 if not missing and not extra else 1
 
 
-def run_suite(src: Path, args: argparse.Namespace) -> tuple[int, str]:
-    """Run pytest in ``src``, echoing its output; its exit status and final summary line."""
+def run_suite(src: Path, args: argparse.Namespace, tests: list[str] | None = None,
+              summary: Path | None = None) -> tuple[int, str]:
+    """Run pytest in ``src`` (on ``tests`` when given, else on the selection and the
+    command line's pytest arguments), echoing its output; its exit status and final
+    summary line."""
+    chosen = tests if tests is not None else [*selection(src, args.pytest), *args.pytest]
     command = [sys.executable, "-m", "pytest", "-p", "compat.plugin", "-p", "no:asyncio",
                "-o", f"addopts={sdist.addopts(src / 'pyproject.toml')}",
-               f"--timeout={args.test_timeout}", "-rfE", "--tb=short",
-               *selection(src, args.pytest), *args.pytest]
+               f"--timeout={args.test_timeout}", "-rfE", "--tb=short", *chosen]
     print(f"compat: (in {src}) {shlex.join(command)}", flush=True)
-    env = pytest_env(args.mode, **{SUMMARY_ENV: str(args.summary)})
+    env = pytest_env(args.mode, **{SUMMARY_ENV: str(summary or args.summary)})
     last = ""
     with subprocess.Popen(command, cwd=src, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
@@ -145,6 +154,28 @@ def run_suite(src: Path, args: argparse.Namespace) -> tuple[int, str]:
             if match := PYTEST_LINE.match(line.strip()):
                 last = match.group(1)
     return proc.returncode, last
+
+
+def rerun_wall_clock(src: Path, args: argparse.Namespace, status: int) -> int:
+    """When the only failures are `WALL_CLOCK` tests, run them once more on their own and
+    record them in the summary (``rerun_ids``, ``rerun_passed``); the run's exit status:
+    0 when that rerun passed, else ``status`` unchanged."""
+    if status == 0 or not args.summary.is_file():
+        return status
+    summary = json.loads(args.summary.read_text())
+    failed = summary["failed_ids"]
+    if summary["error_ids"] or not failed or any(
+            nodeid.split("::")[-1].split("[")[0] not in WALL_CLOCK for nodeid in failed):
+        return status
+    print(f"compat: {len(failed)} test(s) missed a wall-clock window; once more on their "
+          f"own: {' '.join(failed)}", flush=True)
+    again = args.summary.with_suffix(".rerun.json")
+    rerun_status, _ = run_suite(src, args, tests=failed, summary=again)
+    passed = rerun_status == 0 and json.loads(again.read_text())["passed"] == len(failed)
+    again.unlink(missing_ok=True)
+    summary.update(rerun_ids=failed, rerun_passed=passed)
+    args.summary.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if passed else status
 
 
 def report(args: argparse.Namespace, status: int, pytest_line: str, seconds: float) -> None:
@@ -162,6 +193,10 @@ def report(args: argparse.Namespace, status: int, pytest_line: str, seconds: flo
           f"{summary['errors']} errors, {summary['skipped']} skipped in {seconds:.0f}s; "
           f"pytest exit status {status}; summary {args.summary}")
     print(f"== {tag}: pytest: {pytest_line or '(no summary line)'}", flush=True)
+    if summary.get("rerun_ids"):
+        verdict = "passed" if summary["rerun_passed"] else "failed again"
+        print(f"== {tag}: wall-clock test(s) {verdict} when run on their own: "
+              f"{' '.join(summary['rerun_ids'])}", flush=True)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -212,6 +247,7 @@ def execute(args: argparse.Namespace) -> int:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.unlink(missing_ok=True)
         status, line = run_suite(src, args)
+        status = rerun_wall_clock(src, args, status)
         report(args, status, line, time.monotonic() - started)
         return status
     finally:
