@@ -70,6 +70,7 @@ class Tiers:
         # (passed in) lends one at most
         self._held: deque[tuple[Any, Hot | None]] = deque()
         self.held = HELD if self.clients.owns_redis else 1
+        self._waiting: list[object] = []  # one token per caller waiting for the pool
 
     async def open(self) -> None:
         if self.clients.owns_postgres:
@@ -146,17 +147,20 @@ class Tiers:
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
             conn = await self._connection(pool)
-            replied = False
             try:
                 reply = await conn.retry.call_with_retry(
                     lambda: self._script(conn, request), lambda _: conn.disconnect())
-                replied = True
-            finally:
-                if replied:
-                    owed = request if isinstance(request, Hot) and not request.wait else None
-                    await self._keep(pool, conn, owed)
-                else:
+            except BaseException as exc:
+                # a reply left unread (a call cancelled midway, a batch stopped at its
+                # first refusal) would be the next caller's: only a script's own refusal,
+                # read whole, leaves the connection fit for reuse
+                if isinstance(exc, RedisResponseError) and isinstance(request, Hot):
                     await pool.release(conn)
+                else:
+                    await self._drop(pool, conn)
+                raise
+            owed = request if isinstance(request, Hot) and not request.wait else None
+            await self._keep(pool, conn, owed)
             return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
@@ -167,25 +171,44 @@ class Tiers:
         try:
             conn, owed = self._held.pop()
         except IndexError:
-            return await pool.get_connection()
-        if owed is not None:
-            await self._settle(conn, owed)
-        return conn
+            waiter = object()
+            self._waiting.append(waiter)
+            try:
+                return await pool.get_connection()
+            finally:
+                self._waiting.remove(waiter)
+        return await self._settled(pool, conn, owed)
 
     async def _keep(self, pool: Any, conn: Any, owed: Hot | None) -> None:
         """Keep ``conn`` for the next script instead of pooling it (a pool's checkout and
         return cost more than a small script's round trip), with the request whose reply
         it still owes (sent without waiting). Past `held` connections, the oldest is
-        settled and goes back to the pool."""
+        settled and goes back to the pool, and every kept one does while a caller waits for
+        the pool (kept connections would otherwise starve it until ``pool_timeout``)."""
         self._held.append((conn, owed))
-        if len(self._held) > self.held:
+        while len(self._held) > (0 if self._waiting else self.held):
             try:
                 oldest, sent = self._held.popleft()
             except IndexError:
                 return
-            if sent is not None:
-                await self._settle(oldest, sent)
-            await pool.release(oldest)
+            await pool.release(await self._settled(pool, oldest, sent))
+
+    async def _settled(self, pool: Any, conn: Any, owed: Hot | None) -> Any:
+        """``conn`` once its owed reply, if any, is read (`_settle`). Stopped meanwhile
+        (cancelled), the connection goes back to the pool closed (`_drop`)."""
+        if owed is not None:
+            try:
+                await self._settle(conn, owed)
+            except BaseException:
+                await self._drop(pool, conn)
+                raise
+        return conn
+
+    async def _drop(self, pool: Any, conn: Any) -> None:
+        """Give back a connection whose call stopped midway: its reply stream is unknown,
+        so it is closed first and reconnects on its next use."""
+        await conn.disconnect()
+        await pool.release(conn)
 
     async def _settle(self, conn: Any, request: Hot) -> None:
         """Read the owed reply of a script sent without waiting. A server that lost the
@@ -291,9 +314,7 @@ class Tiers:
         pool: Any = self.redis.connection_pool
         while self._held:
             conn, owed = self._held.popleft()
-            if owed is not None:
-                await self._settle(conn, owed)
-            await pool.release(conn)
+            await pool.release(await self._settled(pool, conn, owed))
         if self.clients.owns_postgres:
             await self.pool.close()
         if self.clients.owns_redis:
