@@ -244,6 +244,11 @@ class SaverConfig:
         postgres_max_connections: size of the Postgres connection pool (callers wait).
         pool_timeout: how long a caller waits for a pooled connection before an error.
         breaker_cooldown: how long the hot tier is bypassed after it failed, before a probe.
+            The failure that opens it and the probe that closes it are logged at WARNING
+            (logger ``langgraph_durable``), with the URL, password hidden.
+        redis_required: ``setup()`` raises `TierUnavailableError` (``tier="hot"``) when
+            Redis does not answer, instead of starting on Postgres alone (write-through)
+            until it does. `from_env` reads it from ``LGD_REDIS_REQUIRED`` (``1``/``true``).
         stale_poll_interval: how often this process looks for threads another process
             wrote while it could not reach Redis (their hot copies are dropped). It bounds
             how long such a write can stay unseen by readers of Redis.
@@ -302,6 +307,7 @@ class SaverConfig:
     postgres_max_connections: int = 10
     pool_timeout: float | timedelta = 30.0
     breaker_cooldown: float | timedelta = 1.0
+    redis_required: bool = False
     stale_poll_interval: float | timedelta = 1.0
     flush_interval: float | timedelta = 0.25
     flush_batch: int = 256
@@ -450,8 +456,8 @@ class SaverConfig:
     @classmethod
     def from_env(cls, **overrides: object) -> SaverConfig:
         """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL``, the keys
-        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID`` and
-        ``LGD_JOURNAL_SHARDS``, plus overrides."""
+        ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID``,
+        ``LGD_JOURNAL_SHARDS`` and ``LGD_REDIS_REQUIRED``, plus overrides."""
         values: dict[str, object] = {}
         if url := os.environ.get("LGD_REDIS_URL"):
             values["redis_url"] = url
@@ -467,6 +473,12 @@ class SaverConfig:
             if not shards.strip().isdigit():
                 raise ConfigurationError(f"LGD_JOURNAL_SHARDS must be a number, got {shards!r}")
             values["journal_shards"] = int(shards)
+        if required := os.environ.get("LGD_REDIS_REQUIRED"):
+            flag = required.strip().lower()
+            if flag not in ("1", "true", "yes", "0", "false", "no"):
+                raise ConfigurationError(
+                    f"LGD_REDIS_REQUIRED must be 1/true/yes or 0/false/no, got {required!r}")
+            values["redis_required"] = flag in ("1", "true", "yes")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

@@ -60,19 +60,25 @@ class Breaker:
             self._probing = True
             return True
 
-    def failure(self) -> None:
+    def failure(self) -> bool:
+        """Open (or keep open); whether this failure tripped a closed breaker."""
         with self._lock:
-            if self.open_since is None:
+            tripped = self.open_since is None
+            if tripped:
                 self.trips += 1
             self.open_since = time.monotonic()
             self._probing = False
+            return tripped
 
-    def recovered(self) -> None:
+    def recovered(self) -> bool:
+        """Close; whether the breaker was open."""
         with self._lock:
-            if self.open_since is not None:
+            was_open = self.open_since is not None
+            if was_open:
                 self.recoveries += 1
             self.open_since = None
             self._probing = False
+            return was_open
 
     def forked(self) -> None:
         """In a child after ``fork()``: a new lock, and no probe (the parent's) in flight."""

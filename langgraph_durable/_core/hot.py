@@ -27,6 +27,7 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
+from langgraph_durable.config import mask_url
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
@@ -41,11 +42,25 @@ def try_hot(ctx: Context, request: Hot | HotBatch) -> Op[Any]:
     except TierUnavailableError as exc:
         if exc.tier != "hot":
             raise
-        if not ctx.breaker.is_open:
-            logger.warning("hot tier unavailable, serving from Postgres alone: %s", exc.__cause__)
-        ctx.breaker.failure()
+        hot_failed(ctx, exc)
         return None
     return result
+
+
+def hot_failed(ctx: Context, exc: TierUnavailableError) -> None:
+    """Open the breaker after a Redis failure. The failure that starts an outage is said
+    once, at WARNING: where (the URL, password hidden), why, and what the saver does until
+    Redis answers (`recover_hot` says when it does)."""
+    if not ctx.breaker.failure():
+        return
+    if ctx.config.write_mode == "behind":
+        meanwhile = ("reads and writes of write-behind threads raise TierUnavailableError "
+                     "until it answers")
+    else:
+        meanwhile = "reads and writes go to Postgres alone until it answers; nothing is lost"
+    logger.warning("Redis (hot tier) at %s cannot be reached (%s): %s; retried every %s s",
+                   mask_url(ctx.config.redis_url), exc.__cause__ or exc, meanwhile,
+                   f"{ctx.breaker.cooldown:g}")
 
 
 def bypassed(thread_id: str) -> TierUnavailableError:
@@ -188,7 +203,7 @@ def apply_marks(ctx: Context) -> Op[int]:
     if dropped:
         keep = 2 * ctx.ttl_ms / 1000 or 7 * 86400.0  # a copy older than that expired
         yield Cold.one(ctx.statements.forget_marks_sql, {"keep": keep})
-        logger.warning(
+        logger.info(  # the mechanism at work, nothing for an operator to do
             "dropped the hot copy of %d threads written while Redis was bypassed", dropped
         )
     return dropped
@@ -204,7 +219,7 @@ def poll_marks(ctx: Context) -> Op[None]:
     except TierUnavailableError as exc:
         logger.debug("stale marks not checked: %s", exc)
         if exc.tier == "hot":
-            ctx.breaker.failure()
+            hot_failed(ctx, exc)
     except SchemaVersionError:
         return None  # not set up yet (still due): the operation itself says so
     ctx.marks.checked()
@@ -223,15 +238,34 @@ def recover_hot(ctx: Context) -> Op[bool]:
         ctx.marks.checked()
     except TierUnavailableError as exc:
         logger.debug("hot tier still unavailable: %s", exc)
-        ctx.breaker.failure()
+        hot_failed(ctx, exc)
         return False
-    logger.warning("hot tier back")
-    ctx.breaker.recovered()
+    if ctx.breaker.recovered():
+        logger.warning("Redis (hot tier) at %s answers again: reads and writes use it",
+                       mask_url(ctx.config.redis_url))
     return True
 
 
 def connect(ctx: Context) -> Op[bool]:
     """Open a hot-tier connection now (at setup), so the first read after a restart costs
-    one round trip; returns whether Redis answered. A dead Redis is not an error here."""
-    state = yield from try_hot(ctx, journal.probe_request(ctx))
-    return state is not None
+    one round trip; returns whether Redis answered. A dead Redis is not an error here
+    (`hot_failed` says so), unless ``redis_required`` is set.
+
+    Raises:
+        TierUnavailableError: Redis did not answer and ``redis_required`` is set.
+    """
+    if not ctx.config.redis_required:
+        state = yield from try_hot(ctx, journal.probe_request(ctx))
+        return state is not None
+    try:
+        yield journal.probe_request(ctx)
+    except TierUnavailableError as exc:
+        if exc.tier != "hot":
+            raise
+        raise TierUnavailableError(
+            f"Redis (hot tier) at {mask_url(ctx.config.redis_url)} cannot be reached "
+            f"({exc.__cause__ or exc}), and redis_required is set: the saver does not start "
+            "on Postgres alone", tier="hot") from exc
+    if ctx.breaker.is_open:
+        return (yield from recover_hot(ctx))
+    return True

@@ -28,6 +28,7 @@ from langgraph_durable._core.hot import (
     bypassed,
     commit,
     drop,
+    hot_failed,
     release,
     stale_marks,
     try_hot,
@@ -369,7 +370,7 @@ def drain_journal(ctx: Context, thread_ids: Sequence[str] | None = None) -> Op[N
     except TierUnavailableError as exc:
         if behind or exc.tier != "hot":
             raise
-        ctx.breaker.failure()
+        hot_failed(ctx, exc)
     return None
 
 
