@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -199,6 +201,18 @@ def _retention(max_idle: str | None, max_age: str | None, keep_last: int | None,
         keep_last=keep_last, **options)
 
 
+UNWRAPPED = 100_000
+"""Standard output's width when it is a pipe or a file: no line is wrapped."""
+
+
+def _piped_width() -> int | None:
+    """`UNWRAPPED` when standard output is not a terminal and ``COLUMNS`` does not set a
+    width, so ``threads | grep ID`` finds whole ids; None (the terminal's width) else."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip():
+        return None
+    return UNWRAPPED
+
+
 # ----------------------------------------------------------------------------- commands
 
 
@@ -210,7 +224,7 @@ def _root(
     """Inspect and operate langgraph-durable checkpoints (Redis hot tier over Postgres)."""
     global console, errors
     # Made per run: picks up COLUMNS and redirections.
-    console = Console(highlight=False, emoji=False)
+    console = Console(highlight=False, emoji=False, width=_piped_width())
     errors = Console(stderr=True, highlight=False, emoji=False)
     if verbose:
         log_to_stderr(logging.INFO)
@@ -263,13 +277,16 @@ def show(
     checkpoint: Annotated[str | None, typer.Argument(
         help="Checkpoint id or a unique part of one; default: the latest.")] = None,
     ns: Namespace = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="Show every value whole instead of cut to the terminal's width.")] = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
     """Show a checkpoint: state values, pending writes and interrupts."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         tup = queries.checkpoint(saver, thread, checkpoint, checkpoint_ns=ns or "")
-        console.print(views.checkpoint_view(tup, width=max(60, console.width - 20)))
+        width = UNWRAPPED if full else max(60, console.width - 20)
+        console.print(views.checkpoint_view(tup, width=width))
 
 
 @app.command()

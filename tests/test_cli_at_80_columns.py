@@ -1,5 +1,5 @@
-"""Every table stays readable in an 80-column terminal (or piped output, which rich
-renders 80 columns wide): no column disappears, long cells fold or show a short id."""
+"""Every table stays readable in an 80-column terminal: no column disappears, long cells
+fold or show a short id. (Piped output is not wrapped at all: `test_cli_piped.py`.)"""
 
 from __future__ import annotations
 
