@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-embedded
 COMPAT_STAMP := $(VENV)/.installed-compat
+TOOLS_STAMP := $(VENV)/.installed-tools
 
 .PHONY: test chaos compat lint typecheck bench demo notebooks clean
 
@@ -15,6 +16,19 @@ $(VENV)/.installed-%: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$*]' -c compat/constraints.txt
 	touch $@
+
+# System programs some tests start besides the servers: a PgBouncer (transaction mode).
+# Installed with apt when missing, as root on Debian or Ubuntu; else the test that needs it
+# fails saying how to install it. Done with the venv, so a later offline `make test` has it.
+$(TOOLS_STAMP):
+	@mkdir -p $(VENV)
+	@command -v pgbouncer >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1; }; }; } || \
+	  echo "note: pgbouncer is not installed and could not be (apt-get install pgbouncer); its test will fail"
+	@if command -v pgbouncer >/dev/null 2>&1; then touch $@; fi
+
+$(STAMP): | $(TOOLS_STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check langgraph_durable tests benchmarks compat

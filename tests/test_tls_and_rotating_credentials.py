@@ -20,9 +20,16 @@ from langgraph_durable import ConfigurationError, DurableSaver
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import DurableError
 from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, postgres_url, put_value
+from tests.conftest import (
+    POSTGRES_DATABASE,
+    POSTGRES_URL,
+    REDIS_URL,
+    postgres_address,
+    postgres_url,
+    put_value,
+)
 from tests.deployment_servers import TlsRedis, pings, process, redis_args, tls_redis
-from tests.faults import free_port
+from tests.faults import Proxy, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -200,17 +207,24 @@ def test_postgres_sslmode_in_the_url_reaches_libpq(namespace: tuple[str, str],
 def test_sslmode_require_is_enforced_not_downgraded(namespace: tuple[str, str]) -> None:
     """``sslmode=require`` reaches libpq: against a server with TLS off (as this test
     server is by default) ``setup()`` fails at once naming SSL instead of running
-    unencrypted; against one with TLS on it connects encrypted."""
+    unencrypted; against one with TLS on it connects encrypted. Over TCP (a forwarder in
+    front of the test server, which may listen on a Unix socket alone, where libpq
+    ignores ``sslmode``)."""
     schema, prefix = namespace
-    url = postgres_url(query={"sslmode": "require"})
     with psycopg.connect(POSTGRES_URL) as conn:
         row = conn.execute("SHOW ssl").fetchone()
-    with DurableSaver(REDIS_URL, url, schema=schema, key_prefix=prefix) as saver:
-        if row is not None and row[0] == "on":
-            saver.setup()
-        else:
-            with pytest.raises(DurableError, match="SSL"):
+    forwarder = Proxy(postgres_address())
+    forwarder.start()
+    try:
+        url = f"{forwarder.url(POSTGRES_DATABASE)}?sslmode=require"
+        with DurableSaver(REDIS_URL, url, schema=schema, key_prefix=prefix) as saver:
+            if row is not None and row[0] == "on":
                 saver.setup()
+            else:
+                with pytest.raises(DurableError, match="SSL"):
+                    saver.setup()
+    finally:
+        forwarder.cut()
 
 
 @pytest.mark.parametrize(("url", "refused"), [
