@@ -115,8 +115,9 @@ class ThreadConflictError(DurableError):
     the head this run saw would fork the thread's history.
 
     Attributes name the thread and namespace, the checkpoint this run extended
-    (``expected``), the head it found (``head``), and the run that wrote that head
-    (``run_id``, from the head's metadata; ``None`` when unknown).
+    (``expected``), the head it found (``head``), the run that wrote that head
+    (``run_id``, from the head's metadata; ``None`` when unknown), and whether the thread
+    was deleted while this run worked (``deleted``: nothing the run writes is stored).
     """
 
     def __init__(
@@ -128,6 +129,7 @@ class ThreadConflictError(DurableError):
         expected: str | None = None,
         head: str | None = None,
         run_id: str | None = None,
+        deleted: bool = False,
     ) -> None:
         super().__init__(message)
         self.thread_id = thread_id
@@ -135,6 +137,7 @@ class ThreadConflictError(DurableError):
         self.expected = expected
         self.head = head
         self.run_id = run_id
+        self.deleted = deleted
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))

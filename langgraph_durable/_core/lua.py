@@ -387,7 +387,9 @@ PUT_BEHIND_SCRIPT = _journaled(
 # waiting, so two concurrent writers' updates may land in either order, and the one that
 # lands last must not undo the other's newer value, nor keep an older one of its own field.
 # Write-behind: replies {"cold"} while a write through Postgres or a sweep of the thread
-# is in flight (its intent), so Postgres orders the two.
+# is in flight (its intent), so Postgres orders the two; and for a namespace Redis does
+# not hold of a thread it dropped (a tombstone): Postgres knows whether the checkpoint
+# written to belongs to a deleted history, and refuses the write if so.
 # KEYS[1] intents  KEYS[2] checkpoint  KEYS[3] registry  KEYS[4] the thread's unflushed hash
 # KEYS[5] index(ns)  KEYS[6] blobs(ns)  KEYS[7] versions hash
 # ARGV[1] intent token or ""  ARGV[2] ttl ms (0: none, -1: keep until flushed)
@@ -403,6 +405,7 @@ end
 if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
 local _, tomb = held(KEYS[7], ARGV[5])
 if version > 0 and version < tomb then done() return 0 end
+if version == 0 and tomb > 0 and redis.call('EXISTS', KEYS[5]) == 0 then return {'cold'} end
 for i = 7, 6 + 3 * n, 3 do
   if ARGV[i + 2] ~= 'r' then redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
   elseif version == 0 then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
@@ -415,6 +418,8 @@ for i = 7, 6 + 3 * n, 3 do
   end
 end
 redis.call('HSET', KEYS[2], 'v', ARGV[3])
+-- listed before its checkpoint comes (if ever), so a drop of the thread takes it too
+redis.call('SADD', KEYS[3], KEYS[2])
 if version > 0 then raise_version(KEYS[7], ARGV[5], version) end
 done()
 settle(KEYS[2], ttl)

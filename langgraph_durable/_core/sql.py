@@ -110,6 +110,19 @@ DROP TABLE {schema}.lgd_hot_invalidations;
 """,
     ),
     Migration(
+        8,
+        "deleted threads",
+        # A deleted thread's newest checkpoint id: a write to a checkpoint no newer that
+        # is not stored belongs to a run that was mid-step when the thread was deleted.
+        """
+CREATE TABLE {schema}.lgd_deleted (
+    thread_id  text PRIMARY KEY,
+    through    text NOT NULL,
+    deleted_at timestamptz NOT NULL DEFAULT now()
+);
+""",
+    ),
+    Migration(
         6,
         "types the application stores",
         """
@@ -285,27 +298,78 @@ SELECT version, head FROM head
 """
 )
 
-# The head of a namespace and the run that wrote it (the run id in its metadata), for the
-# error a writer gets when the head moved on. %(thread_id)s %(checkpoint_ns)s
+# Whether %(checkpoint_id)s of %(thread_id)s %(checkpoint_ns)s belongs to a deleted history:
+# it is not stored, and no newer than the newest checkpoint the thread's last delete
+# removed (checkpoint ids grow with time). A write to it comes from a run that was mid-step
+# when the thread was deleted; a new run's checkpoints are newer, so its writes may come
+# before their checkpoint (LangGraph's durability "async") as they always may.
+# {deleted}: the lgd_deleted rows to look at (the table, or a CTE that locked the row).
+_DELETED = """EXISTS (
+        SELECT 1 FROM {deleted} d
+        WHERE d.thread_id = %(thread_id)s AND %(checkpoint_id)s <= d.through
+          AND NOT EXISTS (
+            SELECT 1 FROM {schema}.lgd_checkpoints c
+            WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+              AND c.checkpoint_id = %(checkpoint_id)s))"""
+
+# A put refused because its parent's history was deleted: the checkpoint it would have
+# stored is of that history too. The delete's record grows to it, so writes to it that
+# come later are refused; its writes that came first (LangGraph's durability "async") go,
+# as does a head row they alone made. Two statements: the first waits for a put_writes
+# that holds the record (it locks it), so the second, a new snapshot, sees its writes.
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s
+EXTEND_DELETED_SQL = """
+UPDATE {schema}.lgd_deleted SET through = GREATEST(through, %(checkpoint_id)s)
+WHERE thread_id = %(thread_id)s
+"""
+FORGET_DELETED_SQL = """
+WITH w AS (
+    DELETE FROM {schema}.lgd_writes
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+      AND checkpoint_id = %(checkpoint_id)s
+    RETURNING 1
+)
+DELETE FROM {schema}.lgd_heads h
+WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s AND h.head IS NULL
+  AND NOT EXISTS (
+    SELECT 1 FROM {schema}.lgd_writes x
+    WHERE x.thread_id = h.thread_id AND x.checkpoint_ns = h.checkpoint_ns
+      AND x.checkpoint_id <> %(checkpoint_id)s)
+"""
+
+# The head of a namespace and the run that wrote it (the run id in its metadata), and
+# whether %(checkpoint_id)s, the checkpoint the writer extended, belongs to a deleted
+# history (`_DELETED`), for the error a writer gets when the head moved on. One row, its
+# head NULL when the namespace has none. %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s
 HEAD_SQL = """
-SELECT h.head, c.metadata ->> 'run_id' AS run_id
-FROM {schema}.lgd_heads h
+SELECT h.head, c.metadata ->> 'run_id' AS run_id,
+    """ + _DELETED.replace("{deleted}", "{schema}.lgd_deleted") + """ AS deleted
+FROM (SELECT 1) AS one
+LEFT JOIN {schema}.lgd_heads h
+    ON h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
 LEFT JOIN {schema}.lgd_checkpoints c ON c.thread_id = h.thread_id
     AND c.checkpoint_ns = h.checkpoint_ns AND c.checkpoint_id = h.head
-WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
 """
 
 # Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
-# Returns the namespace's new version.
+# Nothing is stored for a deleted history (`_DELETED`, its record locked until the commit,
+# see `EXTEND_DELETED_SQL`).
+# Returns the namespace's new version, or no row when the history was deleted.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
 # %(idxs)s %(channels)s %(blobs)s (ordinary)  %(s_idxs)s %(s_channels)s %(s_blobs)s (special)
 PUT_WRITES_SQL = (
     """
-WITH bump AS (
+WITH deleted AS (
+    SELECT thread_id, through FROM {schema}.lgd_deleted
+    WHERE thread_id = %(thread_id)s FOR SHARE
+), bump AS (
     INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, version)
-    VALUES (%(thread_id)s, %(checkpoint_ns)s, """
+    SELECT %(thread_id)s, %(checkpoint_ns)s, """
     + _NEXT_VERSION
-    + """)
+    + """
+    WHERE NOT """
+    + _DELETED.replace("{deleted}", "deleted")
+    + """
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
         version = EXCLUDED.version, written_at = now()
     RETURNING h.version
@@ -316,6 +380,7 @@ WITH bump AS (
         x.channel, %(task_path)s, x.blob
     FROM unnest(%(s_idxs)b::int[], %(s_channels)b::text[], %(s_blobs)b::bytea[])
          AS x(idx, channel, blob)
+    WHERE EXISTS (SELECT 1 FROM bump)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
         channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob
 ), ordinary AS (
@@ -325,6 +390,7 @@ WITH bump AS (
         x.channel, %(task_path)s, x.blob
     FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(blobs)b::bytea[])
          AS x(idx, channel, blob)
+    WHERE EXISTS (SELECT 1 FROM bump)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 )
 SELECT version FROM bump
@@ -365,6 +431,9 @@ SELECT x.t, x.n, x.head, """
     + _NEXT_VERSION
     + """
 FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(heads)b::text[]) AS x(t, n, head)
+-- a namespace of writes alone gets a row only if some were stored (see _FLUSH_WRITES)
+WHERE x.head IS NOT NULL OR EXISTS (
+    SELECT 1 FROM {schema}.lgd_writes w WHERE w.thread_id = x.t AND w.checkpoint_ns = x.n)
 ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
     head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
 RETURNING h.thread_id, h.checkpoint_ns, h.version
@@ -372,13 +441,21 @@ RETURNING h.thread_id, h.checkpoint_ns, h.version
 )
 
 # %(thread_ids)s %(namespaces)s %(checkpoint_ids)s %(task_ids)s %(idxs)s %(channels)s
-# %(task_paths)s %(blobs)s; {conflict} is DO NOTHING (ordinary) or DO UPDATE (special)
+# %(task_paths)s %(blobs)s; {conflict} is DO NOTHING (ordinary) or DO UPDATE (special).
+# Writes of a deleted history are left out (as `_DELETED` tells, here per row; the batch's
+# checkpoints are stored by then): Redis sends them through Postgres, which refuses them,
+# unless it lost the thread's tombstone.
 _FLUSH_WRITES = """
 INSERT INTO {{schema}}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
     channel, task_path, blob)
-SELECT * FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[],
+SELECT x.* FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[],
     %(checkpoint_ids)b::text[], %(task_ids)b::text[], %(idxs)b::int[], %(channels)b::text[],
-    %(task_paths)b::text[], %(blobs)b::bytea[])
+    %(task_paths)b::text[], %(blobs)b::bytea[]) AS x(t, n, c, task, idx, channel, path, blob)
+WHERE NOT EXISTS (
+    SELECT 1 FROM {{schema}}.lgd_deleted d
+    WHERE d.thread_id = x.t AND x.c <= d.through AND NOT EXISTS (
+        SELECT 1 FROM {{schema}}.lgd_checkpoints k
+        WHERE k.thread_id = x.t AND k.checkpoint_ns = x.n AND k.checkpoint_id = x.c))
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}
 """
 FLUSH_WRITES_SQL = _FLUSH_WRITES.format(conflict="DO NOTHING")
@@ -387,9 +464,16 @@ FLUSH_SPECIAL_WRITES_SQL = _FLUSH_WRITES.format(
     "blob = EXCLUDED.blob"
 )
 
-# %(thread_ids)s
+# %(thread_ids)s; records each thread's newest checkpoint id first (`_DELETED`).
 DELETE_THREADS_SQL = """
-WITH w AS (DELETE FROM {schema}.lgd_writes WHERE thread_id = ANY(%(thread_ids)s)),
+WITH d AS (
+    INSERT INTO {schema}.lgd_deleted AS d (thread_id, through)
+    SELECT thread_id, max(checkpoint_id) FROM {schema}.lgd_checkpoints
+    WHERE thread_id = ANY(%(thread_ids)s) GROUP BY thread_id
+    ON CONFLICT (thread_id) DO UPDATE SET
+        through = GREATEST(d.through, EXCLUDED.through), deleted_at = now()
+),
+     w AS (DELETE FROM {schema}.lgd_writes WHERE thread_id = ANY(%(thread_ids)s)),
      b AS (DELETE FROM {schema}.lgd_blobs WHERE thread_id = ANY(%(thread_ids)s)),
      h AS (DELETE FROM {schema}.lgd_heads WHERE thread_id = ANY(%(thread_ids)s))
 DELETE FROM {schema}.lgd_checkpoints WHERE thread_id = ANY(%(thread_ids)s)
@@ -722,7 +806,9 @@ class Statements:
     flush_checkpoints_sql: sql.SQL
     flush_heads_sql: sql.SQL
     flush_special_writes_sql: sql.SQL
+    extend_deleted_sql: sql.SQL
     flush_writes_sql: sql.SQL
+    forget_deleted_sql: sql.SQL
     forget_marks_sql: sql.SQL
     get_by_id_sql: sql.SQL
     get_latest_sql: sql.SQL

@@ -96,7 +96,7 @@ def put(
         ),
     )
     if rows == []:
-        yield from _conflict(ctx, stored.where, stored.parent_id, None)
+        yield from _conflict(ctx, stored.where, stored.parent_id, None, stored.checkpoint_id)
     ctx.lineage.wrote(run, where.thread_id, where.checkpoint_ns, stored.checkpoint_id)
     return where.config(stored.checkpoint_id)
 
@@ -162,16 +162,39 @@ def _write(
     return rows
 
 
-def _conflict(ctx: Context, where: Location, expected: str | None, head: str | None) -> Op[None]:
-    """Raise `ThreadConflictError` for a put whose parent is no longer the head."""
+def _conflict(
+    ctx: Context, where: Location, expected: str | None, head: str | None,
+    refused: str | None = None,
+) -> Op[None]:
+    """Raise `ThreadConflictError` for a write that does not extend the head: a put whose
+    parent is no longer the head, or a write to a history the thread's delete removed.
+    ``refused``: the checkpoint a refused put would have stored; when its history was
+    deleted, what was stored for it (its writes, which may come first) is removed."""
     rows = (
         yield Cold.one(
             ctx.statements.head_sql,
-            {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns},
+            {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns,
+             "checkpoint_id": expected},
             fetch=True,
         )
     )[0]
     found = rows[0] if rows else {}
+    if found.get("deleted"):
+        if refused is not None:
+            gone = {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns,
+                    "checkpoint_id": refused}
+            yield from mutate_threads(ctx, [where.thread_id], [
+                Statement(ctx.statements.extend_deleted_sql, gone),
+                Statement(ctx.statements.forget_deleted_sql, gone)], deletes=True)
+        raise ThreadConflictError(
+            f"thread {where.thread_id!r} was deleted while this run worked: checkpoint "
+            f"{expected!r} (namespace {where.checkpoint_ns!r}) is gone, and nothing this "
+            "run writes to it is stored. Start a new run to use the thread again",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            expected=expected,
+            deleted=True,
+        )
     head = head or found.get("head")
     run_id = found.get("run_id")
     raise ThreadConflictError(
@@ -284,7 +307,7 @@ def put_writes(
         return None
     yield from stored_types.record(ctx, set().union(*(w.types for w in stored)), where)
     keys = ctx.layout.thread(where.thread_id)
-    yield from _write(
+    rows = yield from _write(
         ctx,
         keys,
         where,
@@ -294,6 +317,8 @@ def put_writes(
             keys, where, stored, token, ttl, int(row["version"]) if row else 0, journal
         ),
     )
+    if rows == []:  # Postgres stored nothing: the checkpoint's history was deleted
+        yield from _conflict(ctx, where, where.checkpoint_id, None)
     return None
 
 

@@ -32,6 +32,18 @@ def _put_on_head(ctx: Context) -> tuple[str, Any]:
                                      {"source": "loop", "step": 1}, {"x": "2"})
 
 
+def _refused_put(ctx: Context, head: dict[str, Any]) -> list[Any]:
+    """A write-through put whose compare-and-set stores nothing: intent, the put statement
+    (no row), the intent released, then the head query, answered with ``head``."""
+    keys = ThreadKeys("t", THREAD)
+    return [
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
+        (cold(ctx.statements.put_checkpoint_sql), [[]]),
+        (hot("release", [keys.intents, keys.versions]), 1),
+        (cold(ctx.statements.head_sql), [[head]]),
+    ]
+
+
 def test_write_through_put_on_a_moved_head_raises_and_releases_its_intent(
         ctx: Context) -> None:
     """Write-through: the put statement is a compare-and-set on the head row (``cas``);
@@ -39,14 +51,7 @@ def test_write_through_put_on_a_moved_head_raises_and_releases_its_intent(
     (not the hot put), the head is looked up, and ThreadConflictError names the thread,
     the parent the run read, the head it found and the run that wrote it."""
     _, op = _put_on_head(ctx)
-    keys = ThreadKeys("t", THREAD)
-    st = ctx.statements
-    script = Script([
-        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
-        (cold(st.put_checkpoint_sql), [[]]),
-        (hot("release", [keys.intents, keys.versions]), 1),
-        (cold(st.head_sql), [[{"head": "1f0-other", "run_id": "run-9"}]]),
-    ])
+    script = Script(_refused_put(ctx, {"head": "1f0-other", "run_id": "run-9"}))
     with pytest.raises(ThreadConflictError) as raised:
         script.run(op)
     assert script.done
@@ -55,11 +60,37 @@ def test_write_through_put_on_a_moved_head_raises_and_releases_its_intent(
     assert put_stmt.params["parent_id"] == PARENT
     assert list(script.requests[2].args) == [script.requests[0].args[0]]
     assert script.requests[3].statements[0].params == {"thread_id": THREAD,
-                                                       "checkpoint_ns": ""}
+                                                       "checkpoint_ns": "",
+                                                       "checkpoint_id": PARENT}
     error = raised.value
     assert (error.thread_id, error.checkpoint_ns) == (THREAD, "")
     assert (error.expected, error.head, error.run_id) == (PARENT, "1f0-other", "run-9")
     assert PARENT in str(error) and "1f0-other" in str(error)
+
+
+def test_a_put_extending_a_deleted_history_removes_what_came_first_and_says_deleted(
+        ctx: Context) -> None:
+    """The put's compare-and-set fails and the head query says the parent's history was
+    deleted: before raising, the put's own checkpoint joins the deleted history (the
+    record first, then the removal of writes that came before it, in one transaction with
+    the tombstone, and the hot copy dropped), and the error says deleted."""
+    checkpoint_id, op = _put_on_head(ctx)
+    st = ctx.statements
+    script = Script([
+        *_refused_put(ctx, {"head": None, "run_id": None, "deleted": True}),
+        (hot("intent"), 0),
+        (cold(st.tombstone_sql, st.extend_deleted_sql, st.forget_deleted_sql),
+         [[{"version": 40}], None, None]),
+        (hot("drop_thread"), 0),
+    ])
+    with pytest.raises(ThreadConflictError) as raised:
+        script.run(op)
+    assert script.done
+    forget = script.requests[5].statements
+    assert forget[1].params == forget[2].params == {
+        "thread_id": THREAD, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+    assert raised.value.deleted and raised.value.expected == PARENT
+    assert "deleted while this run worked" in str(raised.value)
 
 
 def test_write_behind_put_on_a_moved_head_raises_with_the_head_redis_found(

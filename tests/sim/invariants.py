@@ -200,6 +200,15 @@ class Checker:
                     and self.puts[row[2]].id not in self.sim.lost]
             if left:
                 self.report("I4", d, f"Postgres still holds {_short(left)} after delete #{d.id}")
+            # nor writes of the deleted history, which a run mid-step may still send after
+            # the delete (docs/failure-model.md, "A thread deleted while a run is mid-step")
+            orphans = [row[2] for row in cold if len(row) == 5 and row[0] == d.call.thread
+                       and row[2] in self.puts and self.puts[row[2]].ends_before(d.start)
+                       and self.puts[row[2]].id not in self.sim.lost
+                       and (row[0], row[1], row[2]) not in cold]
+            if orphans:
+                self.report("I4", d, f"Postgres holds writes of {_short(orphans)}, whose "
+                            f"history delete #{d.id} removed")
 
     # ------------------------------------------------------------------ I5
 
