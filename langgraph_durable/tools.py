@@ -301,6 +301,7 @@ class DurableTool(BaseTool):
             owner=saver.engine.owner, policy=options.policy,
             decided_by=(configurable.get("checkpoint_map") or {}).get(ns) if task_id else None,
             durability=configurable.get(_DURABILITY),
+            step=_step(ensure_config(config).get("metadata") or {}) if task_id else None,
         )
 
     def _model_args(self, tool_input: str | dict[str, Any]) -> Any:
@@ -347,6 +348,12 @@ def _running(engine: Engine, request: core.Invoke) -> Iterator[None]:
             yield
     finally:
         _CURRENT_KEY.reset(token)
+
+
+def _step(metadata: dict[str, Any]) -> int | None:
+    """The LangGraph step a task runs in (``langgraph_step`` in its config's metadata)."""
+    step = metadata.get("langgraph_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _present(value: Any, tool_call_id: str | None, name: str) -> Any:

@@ -30,6 +30,7 @@ from langgraph_durable import (
     IdempotencyConflictError,
     ToolCallError,
     ToolCallInProgressError,
+    ToolOutcomeUncertainError,
     current_idempotency_key,
     durable_tool,
 )
@@ -416,6 +417,62 @@ def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
                                   lambda: f"call-{uuid.uuid4().hex}")
     graph.invoke({"messages": [("user", "buy")]}, _config(_thread()), durability=durability)
     assert seen == [1]
+
+
+@pytest.mark.parametrize("policy", ["raise", "idempotent", "finished"])
+def test_a_call_re_run_under_a_new_tool_call_id_is_the_same_call(
+        saver: DurableSaver, namespace: tuple[str, str], policy: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``charge`` was cut off mid-call (its process died before recording the outcome)
+    and the run's checkpoints were lost with it (a machine that died with state not yet
+    flushed: the thread is deleted here, its ledger kept); the run starts again from its
+    input, and the model asks again with a new random tool-call id, so a new key. Same
+    thread, namespace, step, tool and arguments:
+    it is the same call, one row. Its policy applies to it, never a blind second run:
+    ``on_uncertain="raise"`` raises without running; ``idempotent=True`` runs it again
+    under the first call's idempotency key, the one the provider saw. A call that had
+    finished (``finished``: only the checkpoints were lost) is replayed, whatever
+    ``on_duplicate`` says. The same arguments in a later turn (a later step) are a new
+    call."""
+    keys: list[str] = []
+
+    def charge(order: str) -> str:
+        """Charge an order."""
+        keys.append(current_idempotency_key())
+        return f"charged {order}"
+
+    tool = durable_tool(charge, saver=saver, idempotent=policy == "idempotent")
+    graph = model_then_tool_graph(saver, tool, {"order": "A"},
+                                  lambda: f"call-{uuid.uuid4().hex}")
+    thread = _thread()
+    graph.invoke({"messages": [("user", "buy")]}, _config(thread))
+    (first,) = saver.ledger.list(thread)
+    if policy != "finished":
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        _sql(f'UPDATE "{namespace[0]}".lgd_tool_calls SET status = \'started\', '
+             "result = NULL, finished_at = NULL, lease_owner = %s, "
+             "lease_expires_at = clock_timestamp() + interval '60 seconds' WHERE key = %s",
+             f"{process_owner().host}:{gone.pid}:0123", first.key)
+    saver.delete_thread(thread, keep_ledger=True)
+    again = {"messages": [("user", "buy")]}
+    with caplog.at_level(logging.WARNING, "langgraph_durable"):
+        if policy == "raise":
+            with pytest.raises(ToolOutcomeUncertainError):
+                graph.invoke(again, _config(thread))
+        else:
+            out = graph.invoke(again, _config(thread))
+            assert out["messages"][-1].content == "charged A"
+            assert out["messages"][-1].tool_call_id == out["messages"][-2].tool_calls[0]["id"]
+    runs = {"raise": 1, "idempotent": 2, "finished": 1}[policy]
+    assert keys == [first.idempotency_key] * runs
+    assert "re-run under a new tool-call id" in caplog.text
+    (row,) = saver.ledger.list(thread)
+    assert row.key == first.key
+    assert row.status == ("uncertain" if policy == "raise" else "succeeded")
+
+    graph.invoke({"messages": [("user", "buy again")]}, _config(thread))
+    assert len(saver.ledger.list(thread)) == 2 and len(set(keys)) == 2
 
 
 def test_durability_exit_is_said_loudly(saver: DurableSaver,

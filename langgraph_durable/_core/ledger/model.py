@@ -111,6 +111,9 @@ class CallSpec:
     # LangGraph's durability for the run: the call waits until that checkpoint is durable
     decided_by: str | None = None
     durability: str | None = None
+    # the LangGraph step the call runs in (``langgraph_step``), when known: a recorded call
+    # of the same thread, namespace, step, tool and arguments is this call
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,16 @@ CREATE INDEX lgd_tool_calls_recent_idx
         # NULL: the row's own key (every call that was not copied into a fork)
         "ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN idempotency_key text",
     ),
+    Migration(
+        9,
+        "tool-call ledger: the step a call ran in, to know a call re-run under a new key",
+        # NULL: not known (a call made outside a LangGraph task, or claimed before)
+        """
+ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN step integer;
+CREATE INDEX lgd_tool_calls_step_idx ON {schema}.lgd_tool_calls (thread_id, step)
+    WHERE step IS NOT NULL;
+""",
+    ),
 )
 
 # What every statement that returns records returns, in `LedgerRecord` order, plus whether
@@ -115,7 +125,12 @@ _OURS = (
 )
 
 # Claim a key, or read the row that holds it: one statement, one commit. ``claimed`` tells
-# our insert from a foreign row. With ``%(dup_window)s`` (seconds) set, a succeeded call of
+# our insert from a foreign row. A call of the same thread, namespace, step (%(step)s,
+# when known), tool and arguments as a recorded call under another key is that call re-run
+# (the model, asked again from the checkpoint before it, gave it a new tool-call id):
+# nothing is inserted, and that call's row is returned instead, however old, whatever its
+# status (running: wait; cut off: its uncertain policy; finished: its outcome).
+# With ``%(dup_window)s`` (seconds) set, a succeeded call of
 # the same thread, tool and arguments under another key within the window is named in
 # ``duplicate_of``. Zero rows means a concurrent claim committed after this statement's
 # snapshot: run it again. ``%(nonce)s`` is the call's claim nonce: a claim whose reply was
@@ -125,7 +140,14 @@ _OURS = (
 # %(fingerprint)s %(owner)s %(lease)s %(dup_window)s %(nonce)s
 CLAIM_SQL = (
     """
-WITH dup AS (
+WITH same AS (
+    SELECT s.key FROM {schema}.lgd_tool_calls s
+    WHERE %(step)s::int IS NOT NULL AND s.step = %(step)s::int
+      AND s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s
+      AND s.tool = %(tool)s AND s.args_fingerprint = %(fingerprint)s AND s.key <> %(key)s
+      AND NOT EXISTS (SELECT 1 FROM {schema}.lgd_tool_calls o WHERE o.key = %(key)s)
+    ORDER BY s.started_at DESC LIMIT 1
+), dup AS (
     SELECT d.key FROM {schema}.lgd_tool_calls d
     WHERE %(dup_window)s::float8 IS NOT NULL
       AND d.thread_id = %(thread_id)s AND d.tool = %(tool)s
@@ -136,11 +158,12 @@ WITH dup AS (
 ), ins AS (
     INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref,
         tool_call_id, task_id, tool, args_fingerprint, status, attempts, lease_owner,
-        lease_expires_at, duplicate_of, claim_nonce)
-    VALUES (%(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
+        lease_expires_at, duplicate_of, claim_nonce, step)
+    SELECT %(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
         %(task_id)s, %(tool)s, %(fingerprint)s, 'started', 1, %(owner)s, """
     + _LEASE
-    + """, (SELECT key FROM dup), %(nonce)s)
+    + """, (SELECT key FROM dup), %(nonce)s, %(step)s::int
+    WHERE NOT EXISTS (SELECT 1 FROM same)
     ON CONFLICT (key) DO NOTHING
     RETURNING *
 )
@@ -154,6 +177,11 @@ SELECT """
     + _RECORD
     + """ FROM {schema}.lgd_tool_calls
 WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+UNION ALL
+SELECT false AS claimed, """
+    + _RECORD
+    + """ FROM {schema}.lgd_tool_calls
+WHERE key = (SELECT key FROM same)
 """
 )
 
@@ -275,14 +303,14 @@ DELETE FROM {schema}.lgd_tool_calls WHERE thread_id = ANY(%(thread_ids)s)
 COPY_THREAD_LEDGER_SQL = """
 INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, tool_call_id,
     task_id, tool, args_fingerprint, status, attempts, result, error, error_type, retryable,
-    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at, idempotency_key)
+    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at, idempotency_key, step)
 SELECT 'lgd-' || left(encode(sha256(convert_to(
            octet_length(%(target)s)::text || ':' || %(target)s || '|'
            || octet_length(checkpoint_ns)::text || ':' || checkpoint_ns || '|'
            || octet_length(call_ref)::text || ':' || call_ref, 'UTF8')), 'hex'), 40),
        %(target)s, checkpoint_ns, call_ref, tool_call_id, task_id, tool, args_fingerprint,
        status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
-       duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key)
+       duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key), step
 FROM {schema}.lgd_tool_calls WHERE thread_id = %(source)s AND call_ref IS NOT NULL
 ON CONFLICT (key) DO NOTHING
 """
