@@ -343,15 +343,19 @@ class Chaos:
             rows = conn.execute(f'SELECT item, count(*) FROM "{self.schema}".chaos_effects '
                                 "WHERE thread_id = %s GROUP BY item", (r.thread_id,)).fetchall()
         runs = {item: int(n) for item, n in rows}
+        records: dict[str, list[str]] = {}  # item -> the statuses of its ledger rows
+        for record in saver.ledger.list(r.thread_id):
+            item = (record.tool_call_id or "").removeprefix("ship-").rsplit("-", 1)[0]
+            records.setdefault(item, []).append(record.status)
         for item in items():
             self.tally.effects += runs.get(item, 0)
             if runs.get(item, 0) > 1:
                 self.tally.repeated += runs[item] - 1
                 self._violation(r, f"ship({item}) ran {runs[item]} times")
-            record = saver.ledger.get(f"{r.thread_id}/{item}")
-            if runs.get(item, 0) == 0 or record is None or record.status != "succeeded":
-                self._violation(r, f"ship({item}) ran {runs.get(item, 0)} times, ledger "
-                                   f"{record.status if record else 'has no record'}")
+            statuses = records.get(item, [])
+            if runs.get(item, 0) == 0 or statuses != ["succeeded"]:
+                self._violation(r, f"ship({item}) ran {runs.get(item, 0)} times, ledger rows "
+                                   f"{statuses or 'none'} (one logical call, one row)")
 
 
 def _line(saver: DurableSaver, thread_id: str, head_id: str) -> list[str]:

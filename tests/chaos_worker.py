@@ -7,7 +7,9 @@ one of them until it is killed.
   ``ROUNDS`` rounds, to worker agents that run in parallel on LangGraph's task threads; each
   worker agent is a subgraph (its own checkpoint namespace) that calls the durable tool
   ``ship``, whose side effect lands in an outside table keyed by idempotency key and is
-  logged once per execution in ``chaos_effects``.
+  logged once per execution, with the item (the logical call), in ``chaos_effects``. Each
+  time the agent asks for ``ship`` it gives the call a new random tool-call id, as a model
+  asked again does, so a call re-run after a kill comes under a new key.
 
 A worker appends ``ack <namespace> <checkpoint id>`` to its ack file after each ``put``
 returned, with one ``os.write`` on an ``O_APPEND`` descriptor, so a line is either whole
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import operator
 import os
+import time
+import uuid
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -31,6 +35,7 @@ from tests.kill_worker import build as counter_graph
 COUNTER_STEPS = 40
 ROUNDS, ITEMS_PER_ROUND = 3, 3
 TOOL_LEASE = 1.0
+SHIP_REPLY = 0.05  # seconds between ship's effect and its return
 
 EFFECTS_SQL = """
 CREATE TABLE IF NOT EXISTS "{schema}".chaos_shipments (
@@ -73,6 +78,7 @@ def ship_tool(saver: DurableSaver, schema: str, outside_url: str,
                          "VALUES (%s, %s, %s)", (thread_id, item, key))
             conn.execute(f'INSERT INTO "{schema}".chaos_shipments VALUES (%s, %s, %s) '
                          "ON CONFLICT (idem_key) DO NOTHING", (key, thread_id, item))
+        time.sleep(SHIP_REPLY)  # the provider's answer takes a moment: kills land here too
         return f"shipped {item}"
 
     def shipped(key: str, args: dict[str, Any]) -> tuple[str, str] | bool:
@@ -83,7 +89,7 @@ def ship_tool(saver: DurableSaver, schema: str, outside_url: str,
         return ("succeeded", f"shipped {args['item']}") if found else False
 
     return durable_tool(ship, saver=saver, verify=shipped, lease=TOOL_LEASE,
-                        wait=TOOL_LEASE * 10, key=lambda args: f"{thread_id}/{args['item']}")
+                        wait=TOOL_LEASE * 10)
 
 
 def supervisor_graph(saver: DurableSaver, ship: DurableTool) -> Any:
@@ -98,7 +104,7 @@ def supervisor_graph(saver: DurableSaver, ship: DurableTool) -> Any:
 
     def act(state: WorkerState) -> dict[str, Any]:
         call = {"name": "ship", "args": {"item": state["item"]},
-                "id": f"ship-{state['item']}", "type": "tool_call"}
+                "id": f"ship-{state['item']}-{uuid.uuid4().hex[:8]}", "type": "tool_call"}
         return {"receipt": str(ship.invoke(call).content)}
 
     def report(state: WorkerState) -> dict[str, Any]:
