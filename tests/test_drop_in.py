@@ -140,8 +140,10 @@ def test_a_fork_racing_a_live_run_wins_and_the_run_conflicts(
     outcome: list[BaseException | None] = []
 
     def run() -> None:
-        try:
-            graph.invoke({"steps": ["start"]}, config)
+        try:  # "sync": the checkpoint the node runs from is stored before the node runs,
+            # so the fork below is made from it (under "async" it may still be in flight,
+            # and update_state would then write from the latest like a second run)
+            graph.invoke({"steps": ["start"]}, config, durability="sync")
             outcome.append(None)
         except BaseException as exc:  # the outcome is the assertion
             outcome.append(exc)
