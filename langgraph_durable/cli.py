@@ -549,9 +549,12 @@ def doctor(
     from langgraph_durable._cli.doctor import run_checks
 
     checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
-    console.print(views.checks_table(checks))
     problems = [c for c in checks if c.status == "fail"]
     warnings = [c for c in checks if c.status == "warn"]
+    # the first failure's detail is the error line on stderr, said once
+    console.print(views.checks_table([
+        replace(c, detail="failed: see the error line") if problems and c is problems[0]
+        else c for c in checks]))
     if problems:
         errors.print(f"[bold red]error:[/] {escape(problems[0].detail)}", soft_wrap=True)
         raise typer.Exit(code)

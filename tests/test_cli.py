@@ -105,6 +105,9 @@ def test_doctor_explains_an_unreachable_redis_in_one_line(cli: Callable[..., Res
     result = cli("doctor", "--redis-url", "redis://127.0.0.1:1/0")
     assert result.exit_code == 3
     assert "cannot connect to Redis at redis://127.0.0.1:1/0" in one_line_error(result)
+    # said once: the table's line points at it instead of repeating it
+    assert (result.stdout + result.stderr).count("cannot connect to Redis") == 1
+    assert "see the error line" in result.stdout
 
 
 def test_doctor_rejects_a_malformed_url_as_misconfiguration(cli: Callable[..., Result]) -> None:
@@ -407,12 +410,12 @@ def test_demo_kills_the_worker_and_the_card_is_charged_once(
     """The demo (on the test servers) kills its worker with SIGKILL after the charge,
     resumes in a new process, and its own checks pass: one charge, one ledger attempt.
     At 80 columns its proof keeps the history's columns and prints the commands to
-    explore the thread as whole lines."""
+    explore the thread as whole lines, which run as printed (from here, with this
+    process's PATH: run as ``python -m``, they say so)."""
     schema, prefix = namespace
+    servers = {"LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL}
     result = run_module("demo", "--schema", schema, "--prefix", prefix, "--slow", "2",
-                        env={"LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL,
-                             "COLUMNS": "80"},
-                        timeout=240)
+                        env={**servers, "COLUMNS": "80"}, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SIGKILL" in result.stdout
     assert "the card was charged once, by the worker that was killed" in result.stdout
@@ -420,8 +423,13 @@ def test_demo_kills_the_worker_and_the_card_is_charged_once(
     assert re.search(r"┃ step ┃ checkpoint ┃ source ┃ time +┃ +added ┃", result.stdout)
     assert "◀ resumed from" in result.stdout
     for command in ("history", "ledger"):
-        assert re.search(rf"^  langgraph-durable {command} order-\w+ --schema {schema} "
-                         rf"--prefix {prefix}$", result.stdout, re.M), result.stdout
+        hint = re.search(rf"^  (.+ {command} order-\w+ --schema {schema} --prefix {prefix})$",
+                         result.stdout, re.M)
+        assert hint is not None, result.stdout
+        explored = subprocess.run(shlex.split(hint.group(1)), capture_output=True, text=True,
+                                  timeout=60, env={**os.environ, **servers})
+        assert explored.returncode == 0, explored.stdout + explored.stderr
+        assert explored.stdout.strip(), explored.stderr
 
 
 @pytest.fixture
@@ -497,3 +505,23 @@ def test_doctor_shows_one_measured_latency_per_server(cli: Callable[..., Result]
     line = next(line for line in result.stdout.splitlines() if "latency" in line)
     assert "p50" not in line and "p99" not in line
     assert re.search(r"redis [\d.]+ms, postgres [\d.]+ms \(slowest round trip", line), line
+
+
+def test_the_command_hints_name_this_program_as_it_can_be_run_from_here(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``make demo`` runs ``.venv/bin/langgraph-durable``, which is not on the PATH: the
+    hints then give its path; on the PATH, its name; run as ``python -m``, that."""
+    from langgraph_durable._cli.demo import this_program
+
+    script = Path(sys.executable).parent / "langgraph-durable"
+    assert script.is_file()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    named = this_program()
+    assert Path(named).resolve() == script.resolve()
+    assert subprocess.run([named, "--help"], capture_output=True, timeout=60).returncode == 0
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert this_program() == "langgraph-durable"
+    monkeypatch.setattr(sys, "argv", [str(Path("langgraph_durable") / "__main__.py")])
+    assert this_program().endswith(" -m langgraph_durable")

@@ -89,7 +89,7 @@ def test_rejected_entries_become_dead_letters_and_the_rest_drains(
     assert report["unflushed"] == 0 and report["dead_letters"] == 3
     doctor = cli("doctor", "--write-mode", "behind")
     assert doctor.exit_code == 1, doctor.output
-    assert "dead letters" in doctor.stdout and "3 write-behind journal entries" in doctor.stdout
+    assert "dead letters" in doctor.stdout and "3 write-behind journal entries" in doctor.stderr
     listing = cli("dead-letters", "list")
     assert listing.exit_code == 0, listing.output
     assert "NaN" in listing.stdout and "index row size" in listing.stdout

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import shutil
 import signal
 import subprocess
@@ -344,15 +345,32 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
         "been charged twice.",
     ), style="green" if ok else "red"))
     # Commands as plain lines, never wrapped or boxed, so that they can be copied.
+    program = this_program()
     if str(target.redis_url).startswith("unix://"):
-        console.print("Explore it (embedded servers: run `langgraph-durable embedded up` and "
+        console.print(f"Explore it (embedded servers: run `{program} embedded up` and "
                       "export the URLs it prints first):", markup=False)
     else:
         console.print("Explore it:")
     for command in ("history", "ledger"):
-        console.print(Text(f"  langgraph-durable {command} {thread_id} {flags}"),
-                      soft_wrap=True)
+        console.print(Text(f"  {program} {command} {thread_id} {flags}"), soft_wrap=True)
     return ok
+
+
+def this_program() -> str:
+    """This command line as the user can run it again from here: ``langgraph-durable`` when
+    the PATH finds this very program, else its path (relative to the current folder when
+    inside it; `make demo` runs it from the venv), or ``python -m langgraph_durable``."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "__main__.py" or argv0.suffix == ".py":
+        return f"{shlex.quote(sys.executable)} -m langgraph_durable"
+    found = shutil.which(argv0.name)
+    if found and Path(found).resolve() == argv0.resolve():
+        return argv0.name
+    try:
+        shown = argv0.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        shown = argv0.resolve()
+    return shlex.quote(str(shown))
 
 
 if __name__ == "__main__":
