@@ -254,9 +254,10 @@ def saver(make_saver: type[DurableSaver]) -> DurableSaver:
     return make_saver()
 
 
-def _value_put(saver: DurableSaver, thread_id: str, value: object, ns: str,
+def value_put_args(saver: DurableSaver, thread_id: str, value: object, ns: str,
                metadata: dict[str, object] | None) -> tuple[Any, ...]:
-    """The arguments of a ``put`` of one checkpoint whose channel ``value`` holds ``value``."""
+    """The arguments of a ``put`` of one root checkpoint whose channel ``value`` holds
+    ``value`` (``metadata`` added to its own)."""
     checkpoint = empty_checkpoint()
     version = saver.get_next_version(None, None)
     checkpoint["channel_values"] = {"value": value}
@@ -272,7 +273,7 @@ def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "
     It is a root (no parent). Written behind, it follows a read of its namespace, as a
     run's first write does: a root of a namespace Redis does not hold stays in Redis only
     once a read found the namespace empty (else it goes through Postgres)."""
-    args = _value_put(saver, thread_id, value, ns, metadata)
+    args = value_put_args(saver, thread_id, value, ns, metadata)
     if saver.config.write_mode == "behind":
         saver.get_tuple(args[0])
     return saver.put(*args)  # type: ignore[return-value]
@@ -281,7 +282,7 @@ def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "
 async def aput_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
                      metadata: dict[str, object] | None = None) -> dict[str, object]:
     """Async twin of `put_value` (``aput``)."""
-    args = _value_put(saver, thread_id, value, ns, metadata)
+    args = value_put_args(saver, thread_id, value, ns, metadata)
     if saver.config.write_mode == "behind":
         await saver.aget_tuple(args[0])
     return await saver.aput(*args)  # type: ignore[return-value]

@@ -13,13 +13,12 @@ import psycopg
 import pytest
 import redis
 from langchain_core.messages import AIMessage
-from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.keys import Layout
 from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value
+from tests.conftest import POSTGRES_URL, REDIS_URL, put_value, value_put_args
 
 TABLES = ("lgd_checkpoints", "lgd_writes", "lgd_blobs", "lgd_heads")
 
@@ -45,15 +44,6 @@ def _stored(schema: str, prefix: str, thread: str) -> dict[str, int]:
     return counts
 
 
-def _next(saver: DurableSaver, parent: dict[str, Any], value: str) -> tuple[Any, ...]:
-    """The arguments of a put extending ``parent`` with ``value``."""
-    checkpoint = empty_checkpoint()
-    version = saver.get_next_version(None, None)
-    checkpoint["channel_values"] = {"value": value}
-    checkpoint["channel_versions"] = {"value": version}
-    return parent, checkpoint, {"source": "loop", "step": 1}, {"value": version}
-
-
 def test_writes_of_a_run_whose_thread_was_deleted_are_refused_and_not_stored(
     make_saver: type[DurableSaver], namespace: tuple[str, str], write_mode: str
 ) -> None:
@@ -72,7 +62,9 @@ def test_writes_of_a_run_whose_thread_was_deleted_are_refused_and_not_stored(
         run.put_writes(first, [("value", "b")], "task-b")
     assert late_writes.value.deleted and "deleted" in str(late_writes.value)
     with pytest.raises(ThreadConflictError) as late_put:
-        run.put(*_next(run, first, "two"))
+        _, child, metadata, versions = value_put_args(run, thread, "two", "", {"source": "loop",
+                                                                              "step": 1})
+        run.put(first, child, metadata, versions)
     assert late_put.value.deleted and "deleted" in str(late_put.value)
     run.flush()
 
@@ -95,7 +87,7 @@ def test_a_deleted_thread_id_starts_afresh_even_when_writes_come_before_their_ch
     make_saver().delete_thread(thread)
     config = {"configurable": {"thread_id": thread}}
     assert run.get_tuple(config) is None
-    root = put_value.__globals__["_value_put"](run, thread, "new", "", None)
+    root = value_put_args(run, thread, "new", "", None)
     early = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
                               "checkpoint_id": root[1]["id"]}}
     run.put_writes(early, [("value", "early")], "task-early")
