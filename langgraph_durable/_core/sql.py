@@ -314,27 +314,18 @@ _DELETED = """EXISTS (
 
 # A put refused because its parent's history was deleted: the checkpoint it would have
 # stored is of that history too. The delete's record grows to it, so writes to it that
-# come later are refused; its writes that came first (LangGraph's durability "async") go,
-# as does a head row they alone made. Two statements: the first waits for a put_writes
-# that holds the record (it locks it), so the second, a new snapshot, sees its writes.
-# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s
+# come later are refused; its writes that came first (LangGraph's durability "async") go.
+# Two statements: the first waits for a put_writes that holds the record (it locks it), so
+# the second, a new snapshot, sees its writes. (`mutate_threads` then rebuilds the thread's
+# heads above the tombstone.) %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s
 EXTEND_DELETED_SQL = """
 UPDATE {schema}.lgd_deleted SET through = GREATEST(through, %(checkpoint_id)s)
 WHERE thread_id = %(thread_id)s
 """
 FORGET_DELETED_SQL = """
-WITH w AS (
-    DELETE FROM {schema}.lgd_writes
-    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-      AND checkpoint_id = %(checkpoint_id)s
-    RETURNING 1
-)
-DELETE FROM {schema}.lgd_heads h
-WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s AND h.head IS NULL
-  AND NOT EXISTS (
-    SELECT 1 FROM {schema}.lgd_writes x
-    WHERE x.thread_id = h.thread_id AND x.checkpoint_ns = h.checkpoint_ns
-      AND x.checkpoint_id <> %(checkpoint_id)s)
+DELETE FROM {schema}.lgd_writes
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+  AND checkpoint_id = %(checkpoint_id)s
 """
 
 # The head of a namespace and the run that wrote it (the run id in its metadata), and

@@ -183,9 +183,11 @@ def _conflict(
         if refused is not None:
             gone = {"thread_id": where.thread_id, "checkpoint_ns": where.checkpoint_ns,
                     "checkpoint_id": refused}
+            # not `deletes`: the thread's other namespaces (a new run's) get their heads
+            # rebuilt above the tombstone, or Redis could never warm them again
             yield from mutate_threads(ctx, [where.thread_id], [
                 Statement(ctx.statements.extend_deleted_sql, gone),
-                Statement(ctx.statements.forget_deleted_sql, gone)], deletes=True)
+                Statement(ctx.statements.forget_deleted_sql, gone)])
         raise ThreadConflictError(
             f"thread {where.thread_id!r} was deleted while this run worked: checkpoint "
             f"{expected!r} (namespace {where.checkpoint_ns!r}) is gone, and nothing this "

@@ -73,14 +73,15 @@ def test_a_put_extending_a_deleted_history_removes_what_came_first_and_says_dele
     """The put's compare-and-set fails and the head query says the parent's history was
     deleted: before raising, the put's own checkpoint joins the deleted history (the
     record first, then the removal of writes that came before it, in one transaction with
-    the tombstone, and the hot copy dropped), and the error says deleted."""
+    the tombstone and the rebuild of the thread's heads above it, and the hot copy
+    dropped), and the error says deleted."""
     checkpoint_id, op = _put_on_head(ctx)
     st = ctx.statements
     script = Script([
         *_refused_put(ctx, {"head": None, "run_id": None, "deleted": True}),
         (hot("intent"), 0),
-        (cold(st.tombstone_sql, st.extend_deleted_sql, st.forget_deleted_sql),
-         [[{"version": 40}], None, None]),
+        (cold(st.tombstone_sql, st.extend_deleted_sql, st.forget_deleted_sql,
+              st.rebuild_heads_sql), [[{"version": 40}], None, None, None]),
         (hot("drop_thread"), 0),
     ])
     with pytest.raises(ThreadConflictError) as raised:
