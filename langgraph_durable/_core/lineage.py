@@ -16,7 +16,8 @@ head (a compare-and-set: it commits only while its parent is still the head) or 
 
 `Lineage` remembers those facts in this process, keyed by the run and the checkpoint. A
 run is told by the runtime object LangGraph places in the config of every read and write
-of one run; calls made outside a run (the saver's own API, ``update_state``) share one key.
+of one run (held while its marks count: a freed object's id goes to the next one made);
+calls made outside a run (the saver's own API, ``update_state``) share one key.
 A put whose parent this process never read (a direct call) is taken as the caller's choice
 and not compared, as every other saver does. The memory is bounded: a mark pushed out by
 ``size`` newer ones is forgotten, which only makes that run's next put uncompared.
@@ -24,6 +25,7 @@ and not compared, as every other saver does. The memory is bounded: a mark pushe
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 
@@ -36,19 +38,37 @@ RUN_KEY = "__pregel_runtime"
 _Mark = tuple[int, str, str, str]  # (run, thread, namespace, checkpoint id)
 
 
-def run_of(config: RunnableConfig | None) -> int:
-    """The identity of the LangGraph run making a call (0 outside a run)."""
-    runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
-    return 0 if runtime is None else id(runtime)
 
 
 class Lineage:
     """Which checkpoints each run of this process extends (compared puts) or forks from."""
 
-    def __init__(self, size: int = 50_000) -> None:
+    def __init__(self, size: int = 50_000, runs: int = 256) -> None:
         self.size = size
+        self.runs = runs
         self._lock = threading.Lock()
         self._marks: OrderedDict[_Mark, bool] = OrderedDict()
+        # id(runtime) -> (runtime, its run token): the runtime is held, so no other object
+        # takes its id while its marks count (an object's id is reused once it is freed)
+        self._runtimes: OrderedDict[int, tuple[object, int]] = OrderedDict()
+        self._tokens = itertools.count(1)
+
+    def run_of(self, config: RunnableConfig | None) -> int:
+        """The token of the LangGraph run making a call (0 outside a run): one per runtime
+        object. A run pushed out by ``runs`` newer ones gets a new token if it comes back,
+        which only makes its next put uncompared."""
+        runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
+        if runtime is None:
+            return 0
+        with self._lock:
+            entry = self._runtimes.get(id(runtime))
+            if entry is None or entry[0] is not runtime:
+                entry = (runtime, next(self._tokens))
+                self._runtimes[id(runtime)] = entry
+            self._runtimes.move_to_end(id(runtime))
+            while len(self._runtimes) > self.runs:
+                self._runtimes.popitem(last=False)
+            return entry[1]
 
     def read(self, run: int, thread_id: str, ns: str, checkpoint_id: str, *, latest: bool) -> None:
         """A run read ``checkpoint_id``: as the latest (it will extend it, unless the run

@@ -29,7 +29,6 @@ from langgraph_durable._core.keys import (
     unb64,
     write_field,
 )
-from langgraph_durable._core.lineage import run_of
 from langgraph_durable._core.records import (
     Damaged,
     Location,
@@ -254,7 +253,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     if tup is None:
         return None
     ctx.lineage.read(
-        run_of(config),
+        ctx.lineage.run_of(config),
         where.thread_id,
         where.checkpoint_ns,
         tup.config["configurable"]["checkpoint_id"],

@@ -44,7 +44,6 @@ from langgraph_durable._core.keys import (
     write_field,
 )
 from langgraph_durable._core.ledger.sql import statements as ledger_statements
-from langgraph_durable._core.lineage import run_of
 from langgraph_durable._core.records import (
     Location,
     StoredCheckpoint,
@@ -81,7 +80,7 @@ def put(
     stored = encode_checkpoint(
         ctx.codec, config, checkpoint, metadata, new_versions, ctx.config.max_checkpoint_bytes
     )
-    where, run = stored.where, run_of(config)
+    where, run = stored.where, ctx.lineage.run_of(config)
     yield from stored_types.record(ctx, stored.types, where)
     cas = ctx.lineage.extends(run, where.thread_id, where.checkpoint_ns, stored.parent_id)
     keys = ctx.layout.thread(stored.where.thread_id)

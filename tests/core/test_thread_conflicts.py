@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_durable._core import journal, ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import Layout, ThreadKeys
+from langgraph_durable._core.lineage import RUN_KEY
 from langgraph_durable.errors import ThreadConflictError
 from tests.core.script import Script, cold, hot
 
@@ -183,11 +184,12 @@ def test_runs_are_told_apart_by_the_runtime_langgraph_passes(ctx: Context) -> No
     another run) addresses the same checkpoint by id in the same process; its later puts
     extend its own checkpoints."""
     run = object()
-    ctx.lineage.read(id(run), THREAD, "", PARENT, latest=True)
+    token = ctx.lineage.run_of({"configurable": {"thread_id": THREAD, RUN_KEY: run}})
+    ctx.lineage.read(token, THREAD, "", PARENT, latest=True)
     ctx.lineage.read(0, THREAD, "", PARENT, latest=False)  # update_state(PARENT config)
     assert _cas_of(ctx, _put_from(ctx, PARENT, run)) is True
     assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
-    ctx.lineage.wrote(id(run), THREAD, "", "1f0-child")
+    ctx.lineage.wrote(token, THREAD, "", "1f0-child")
     assert _cas_of(ctx, _put_from(ctx, "1f0-child", run)) is True
 
 
