@@ -73,13 +73,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # plain help: whole sentences, no type tags such as <bool>
 )
 embedded_app = typer.Typer(help="Real PostgreSQL and Valkey servers from PyPI wheels.",
-                           no_args_is_help=True)
+                           no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(embedded_app, name="embedded")
 dead_letters_app = typer.Typer(
-    help="Write-behind journal entries Postgres rejected: list, retry or drop them.",
-    no_args_is_help=True)
+    help="Write-behind journal entries Postgres rejected.\n\nList, retry or drop them.",
+    no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(dead_letters_app, name="dead-letters")
 
 console = Console(highlight=False, emoji=False)
@@ -88,31 +89,34 @@ errors = Console(stderr=True, highlight=False, emoji=False)
 EXIT_FAILED, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_WARNINGS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
 RedisUrl = Annotated[str | None, typer.Option(
-    "--redis-url", envvar="LGD_REDIS_URL", show_envvar=True,
+    "--redis-url", envvar="LGD_REDIS_URL", show_envvar=True, metavar="URL",
     help="Hot tier URL (default: redis://127.0.0.1:6379/0).")]
 PostgresUrl = Annotated[str | None, typer.Option(
-    "--postgres-url", envvar="LGD_POSTGRES_URL", show_envvar=True,
+    "--postgres-url", envvar="LGD_POSTGRES_URL", show_envvar=True, metavar="URL",
     help="Cold tier URL (default: postgresql://postgres@127.0.0.1:5432/postgres).")]
 Schema = Annotated[str, typer.Option(
-    "--schema", envvar="LGD_SCHEMA", show_envvar=True, help="Postgres schema of the tables.")]
+    "--schema", envvar="LGD_SCHEMA", show_envvar=True, metavar="NAME",
+    help="Postgres schema of the tables.")]
 Prefix = Annotated[str, typer.Option(
-    "--prefix", envvar="LGD_KEY_PREFIX", show_envvar=True, help="Redis key prefix.")]
+    "--prefix", envvar="LGD_KEY_PREFIX", show_envvar=True, metavar="PREFIX",
+    help="Redis key prefix.")]
 Mode = Annotated[str, typer.Option(
-    "--write-mode", envvar="LGD_WRITE_MODE", show_envvar=True,
+    "--write-mode", envvar="LGD_WRITE_MODE", show_envvar=True, metavar="through|behind",
     help="The savers' write mode: through or behind.")]
 Namespace = Annotated[str | None, typer.Option(
-    "--ns", help="Checkpoint namespace (subgraphs); default: the root graph's.")]
+    "--ns", metavar="NS", help="Checkpoint namespace (subgraphs); default: the root graph's.")]
 MaxIdle = Annotated[str | None, typer.Option(
-    "--max-idle", envvar="LGD_MAX_IDLE", show_envvar=True,
+    "--max-idle", envvar="LGD_MAX_IDLE", show_envvar=True, metavar="DURATION",
     help="Delete threads not written for this long (e.g. 30d, 12h, 3600).")]
 MaxAge = Annotated[str | None, typer.Option(
-    "--max-age", envvar="LGD_MAX_AGE", show_envvar=True,
+    "--max-age", envvar="LGD_MAX_AGE", show_envvar=True, metavar="DURATION",
     help="Delete checkpoints older than this, keeping each namespace's latest.")]
 KeepLast = Annotated[int | None, typer.Option(
-    "--keep-last", envvar="LGD_KEEP_LAST", show_envvar=True,
+    "--keep-last", envvar="LGD_KEEP_LAST", show_envvar=True, metavar="N",
     help="Keep the newest N checkpoints of each namespace.")]
 DataDir = Annotated[Path | None, typer.Option(
-    "--data-dir", envvar=DATA_DIR_ENV, show_envvar=True, show_default=str(default_data_dir()),
+    "--data-dir", envvar=DATA_DIR_ENV, show_envvar=True, metavar="DIR",
+    show_default=str(default_data_dir()),
     help="Data directory of the embedded servers.")]
 
 
@@ -232,7 +236,8 @@ def _root(
 
 @app.command()
 def threads(
-    limit: Annotated[int, typer.Option(min=1, help="Show at most this many threads.")] = 50,
+    limit: Annotated[int, typer.Option(
+        min=1, metavar="N", help="Show at most this many threads.")] = 50,
     where: Annotated[list[str] | None, typer.Option(
         "--where", metavar="KEY=VALUE",
         help="Only threads with a checkpoint whose metadata holds KEY=VALUE (VALUE read as "
@@ -241,7 +246,10 @@ def threads(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """List threads: checkpoints, size, last update, where they live, unflushed checkpoints."""
+    """List threads, newest first.
+
+    Each with its checkpoints, size, last update, where it lives and unflushed checkpoints.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         pattern = actions.metadata_pattern(where or [])
         with _hot_view(saver) as hot:
@@ -259,11 +267,14 @@ def history(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
     ns: Namespace = None,
     limit: Annotated[int, typer.Option(
-        min=1, help="Show at most this many checkpoints.")] = 50,
+        min=1, metavar="N", help="Show at most this many checkpoints.")] = 50,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """List a thread's checkpoints, newest first (all namespaces unless --ns)."""
+    """List a thread's checkpoints, newest first.
+
+    Every namespace's, unless --ns names one.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         with _hot_view(saver) as hot:
             rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
@@ -282,7 +293,7 @@ def show(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Show a checkpoint: state values, pending writes and interrupts."""
+    """Show a checkpoint's values, pending writes, interrupts."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         tup = queries.checkpoint(saver, thread, checkpoint, checkpoint_ns=ns or "")
         width = UNWRAPPED if full else max(60, console.width - 20)
@@ -298,7 +309,7 @@ def diff(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Show how the state values changed from checkpoint A to checkpoint B."""
+    """Show how the values changed from checkpoint A to B."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         first = queries.checkpoint(saver, thread, a, checkpoint_ns=ns or "")
         second = queries.checkpoint(saver, thread, b, checkpoint_ns=ns or "")
@@ -311,7 +322,10 @@ def ledger(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """List the tool calls the ledger recorded for a thread: status, attempts, outcome."""
+    """List a thread's durable tool calls.
+
+    Each with its status, attempts and outcome.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         records = saver.ledger.list(thread)
         if not records:
@@ -350,8 +364,11 @@ def resolve(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
-    """Settle an uncertain tool call (its process died mid-call) as succeeded, failed or to
-    retry; exits 1 if the call is not uncertain."""
+    """Settle an uncertain tool call.
+
+    A call whose process died mid-call is settled as succeeded, failed or to retry; exits 1
+    if the call is not uncertain.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
         before, after = actions.settle(saver, key, outcome.value, result=result, error=error)
         console.print(Text(f"tool call {key} ({after.tool}, thread {after.thread_id!r}): "
@@ -369,8 +386,11 @@ def fork(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Branch a thread at a past checkpoint: a new thread holding the history up to it (and
-    the ledger, so recorded tool calls are not repeated), which resumes from there."""
+    """Branch a thread at a past checkpoint.
+
+    A new thread holds the history up to it (and the ledger, so recorded tool calls are not
+    repeated), and resumes from there.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         point = queries.checkpoint(saver, thread, checkpoint)
         made = actions.fork(saver, thread, point.config["configurable"]["checkpoint_id"], to)
@@ -387,12 +407,15 @@ def flush(
         "--follow", help="Keep draining as new writes arrive, until Ctrl-C.")] = False,
     max_idle: MaxIdle = None, max_age: MaxAge = None, keep_last: KeepLast = None,
     sweep_every: Annotated[str, typer.Option(
-        "--sweep-every", help="With --follow and a policy: how often to sweep.")] = "5m",
+        "--sweep-every", metavar="DURATION",
+        help="With --follow and a policy: how often to sweep.")] = "5m",
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
-    """Drain the write-behind journal into Postgres (once, or continuously with --follow,
-    sweeping by the retention policy given)."""
+    """Drain the write-behind journal into Postgres.
+
+    Once, or continuously with --follow, sweeping by the retention policy given.
+    """
     with _failures():
         retention = _retention(max_idle, max_age, keep_last,
                                interval=parse_duration(sweep_every, "--sweep-every"))
@@ -426,8 +449,11 @@ def sweep(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
-    """Apply a retention policy once: delete idle threads and old checkpoints from both
-    tiers, keeping what DeltaChannel values and pending interrupts need."""
+    """Apply a retention policy once.
+
+    Deletes idle threads and old checkpoints from both tiers, keeping what DeltaChannel
+    values and pending interrupts need.
+    """
     with _failures():
         retention = _retention(max_idle, max_age, keep_last,
                                keep_interrupted=not expire_interrupted, keep_ledger=keep_ledger)
@@ -441,7 +467,7 @@ def sweep(
 
 @dead_letters_app.command("list")
 def dead_letters_list(
-    limit: Annotated[int, typer.Option(help="Show at most this many.")] = 100,
+    limit: Annotated[int, typer.Option(metavar="N", help="Show at most this many.")] = 100,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
@@ -489,7 +515,10 @@ def migrate_command(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
-    """Create the schema and apply missing migrations (safe to run any time, concurrently)."""
+    """Create the schema and apply missing migrations.
+
+    Safe to run any time, from several processes at once.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix),
                             need_schema=False) as saver:
         before = saver.engine.schema_version()
@@ -507,13 +536,17 @@ def migrate_command(
 def prune(
     thread_ids: Annotated[list[str], typer.Argument(metavar="THREAD...", help="Thread ids.")],
     strategy: Annotated[str, typer.Option(
+        metavar="keep_latest|delete",
         help="keep_latest: keep each namespace's latest checkpoint (and what it needs); "
              "delete: delete the threads.")] = "keep_latest",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Prune threads' history in both tiers (keep_latest) or delete them (delete)."""
+    """Prune threads' history, or delete threads.
+
+    In both tiers: --strategy keep_latest prunes, delete deletes.
+    """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         if strategy not in ("keep_latest", "delete"):
             raise ConfigurationError(f"--strategy must be keep_latest or delete, not {strategy!r}")
@@ -542,9 +575,10 @@ def doctor(
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
-    """Check connectivity, server versions, Redis persistence, schema version and flush lag.
+    """Check the servers, the schema and the flush lag.
 
-    Exits 0 when every check passed, 4 when some only warned, 2 or 3 when one failed.
+    Connectivity, server versions, Redis persistence, schema version and flush lag. Exits
+    0 when every check passed, 4 when some only warned, 2 or 3 when one failed.
     """
     from langgraph_durable._cli.doctor import run_checks
 
@@ -570,14 +604,16 @@ def doctor(
 def demo(
     data_dir: DataDir = None,
     slow: Annotated[float, typer.Option(
+        metavar="SECONDS",
         help="Seconds the slow tool takes (the worker is killed while it runs).")] = 3.0,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "lgd_demo", prefix: Prefix = "lgd-demo",
 ) -> None:
-    """Run an agent, SIGKILL it after it charged a card, resume it: the card is charged once.
+    """Crash an agent after it charged a card; charged once.
 
-    Uses the servers of --redis-url/--postgres-url (or LGD_*) when both are given,
-    otherwise starts the embedded servers.
+    Runs an agent, SIGKILLs it after its durable tool charged a card, and resumes it in a
+    new process: the card is charged once. Uses the servers of --redis-url/--postgres-url
+    (or LGD_*) when both are given, otherwise starts the embedded servers.
     """
     from langgraph_durable._cli.demo import run_demo
 
@@ -588,15 +624,26 @@ def demo(
                                      "the embedded servers")
         target = _target(redis_url, postgres_url, schema, prefix)
         if redis_url is None:
-            from langgraph_durable.embedded import start_embedded
+            from langgraph_durable._embedded.supervisor import DataDirInUseError
+            from langgraph_durable.embedded import EmbeddedServers, start_embedded
 
             folder = data_dir or default_data_dir()
-            with console.status(_starting(folder)):
-                servers = start_embedded(folder)
-            with servers:
-                target = replace(target, redis_url=servers.redis_url,
-                                 postgres_url=servers.postgres_url)
+            try:
+                with console.status(_starting(folder)):
+                    servers = start_embedded(folder)
+            except DataDirInUseError as busy:
+                # `embedded up` (or another program) serves this folder: use its servers.
+                running = EmbeddedServers(folder)
+                console.print(f"using the embedded servers that process {escape(busy.holder)} "
+                              f"runs in {escape(str(folder))}")
+                target = replace(target, redis_url=running.redis_url,
+                                 postgres_url=running.postgres_url)
                 ok = run_demo(console, target, embedded_dir=folder, slow=slow)
+            else:
+                with servers:
+                    target = replace(target, redis_url=servers.redis_url,
+                                     postgres_url=servers.postgres_url)
+                    ok = run_demo(console, target, embedded_dir=folder, slow=slow)
         else:
             ok = run_demo(console, target, embedded_dir=None, slow=slow)
     if not ok:

@@ -2,7 +2,7 @@
 
 `instrument` publishes a saver's health report as observable OpenTelemetry instruments,
 read when your exporter (Prometheus, OTLP, ...) collects; it needs the ``[otel]`` extra
-(``pip install 'langgraph-durable[otel]'``)::
+(``pip install opentelemetry-api opentelemetry-sdk``, the ``[otel]`` extra)::
 
     from langgraph_durable.metrics import instrument
 
@@ -211,7 +211,8 @@ def instrument(saver: SupportsHealth, *, meter_provider: MeterProvider | None = 
     except ImportError as exc:
         raise ConfigurationError(
             "langgraph_durable.metrics needs OpenTelemetry: "
-            "pip install 'langgraph-durable[otel]'") from exc
+            "pip install opentelemetry-api opentelemetry-sdk (or, in a checkout, "
+            "pip install '.[otel]')") from exc
     package = "langgraph_durable"
     if attributes is None:
         config = getattr(saver, "config", None)

@@ -405,6 +405,27 @@ def test_python_dash_m_runs_the_cli() -> None:
         assert command in result.stdout
 
 
+COMMANDS = ("threads", "history", "show", "diff", "ledger", "resolve", "fork", "flush", "sweep",
+            "migrate", "prune", "doctor", "demo", "embedded up", "dead-letters list",
+            "dead-letters retry", "dead-letters drop")
+
+
+def test_help_lists_whole_sentences_without_type_tags() -> None:
+    """``--help`` at 80 columns summarizes every command in a whole sentence (not one cut
+    with "..."), and no command's help tags a flag with ``<bool>``."""
+    overview = run_module("--help", env={"COLUMNS": "80"})
+    assert overview.returncode == 0, overview.stderr
+    listed = overview.stdout.partition("Commands:")[2].splitlines()
+    summaries = [line.split(None, 1)[1] for line in listed if line.strip()]
+    assert len(summaries) == 15, overview.stdout
+    assert all(s.endswith(".") and not s.endswith("...") for s in summaries), summaries
+    for command in COMMANDS:
+        shown = run_module(*command.split(), "--help", env={"COLUMNS": "80"})
+        assert shown.returncode == 0, (command, shown.stderr)
+        assert "<bool>" not in shown.stdout, (command, shown.stdout)
+        assert "--help" in shown.stdout
+
+
 def test_demo_kills_the_worker_and_the_card_is_charged_once(
         namespace: tuple[str, str]) -> None:
     """The demo (on the test servers) kills its worker with SIGKILL after the charge,
@@ -446,11 +467,12 @@ def data_root() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_embedded_up_serves_until_ctrl_c(data_root: Path) -> None:
     """`embedded up` prints two URLs that answer as plain `export` lines a shell takes as
-    they are (no box, not wrapped, even on a 40-column terminal), and Ctrl-C stops both
-    servers."""
+    they are (no box, not wrapped, even on a 40-column terminal), a `demo` on the same
+    data directory meanwhile runs on those servers (it cannot start its own there), and
+    Ctrl-C stops both servers."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "langgraph_durable", "embedded", "up", "--data-dir",
          str(data_root / "d")],
@@ -469,6 +491,13 @@ def test_embedded_up_serves_until_ctrl_c(data_root: Path) -> None:
         assert redis.Redis.from_url(urls["LGD_REDIS_URL"]).ping()
         with psycopg.connect(urls["LGD_POSTGRES_URL"]) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+        demo = subprocess.run(
+            [sys.executable, "-m", "langgraph_durable", "demo", "--slow", "1", "--data-dir",
+             str(data_root / "d")], capture_output=True, text=True, timeout=200,
+            env={k: v for k, v in os.environ.items() if not k.startswith("LGD_")})
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert f"using the embedded servers that process {proc.pid} runs in" in demo.stdout
+        assert "the card was charged once" in demo.stdout
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err

@@ -444,7 +444,8 @@ def test_library_command_line_and_readme_agree_on_the_default_data_dir(
                 [sys.executable, "-m", "langgraph_durable", *command, "--help"],
                 capture_output=True, text=True, env=env, timeout=60)
             assert shown.returncode == 0, shown.stderr
-            option = next(line for line in shown.stdout.splitlines() if "--data-dir" in line)
-            assert f"[default: ({expected})]" in option, (command, option)
+            options = " ".join(shown.stdout.partition("Options:")[2].split())
+            option = options[options.index("--data-dir"):].split(" --")[0]
+            assert f"default: ({expected})]" in option, (command, option)
     assert "`/var/lib/langgraph-durable` when run as root" in readme
     assert "`~/.local/share/langgraph-durable`" in readme

@@ -1,7 +1,7 @@
 """The ``langgraph-durable`` script: the command line, or how to install it.
 
-A plain ``pip install langgraph-durable`` installs the script but not typer and rich (the
-``[cli]`` extra), so this module imports neither: it says how to add them instead of
+A plain install of the package installs the script but not typer and rich (the ``[cli]``
+extra), so this module imports neither: it says how to add them instead of
 failing with a traceback.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-INSTALL_HINT = "pip install 'langgraph-durable[cli]'"
+INSTALL_HINT = "pip install typer rich (or, in a checkout, pip install '.[cli]')"
 _CLI_PACKAGES = frozenset({"typer", "rich", "click"})
 
 

