@@ -64,7 +64,7 @@ def test_committed_notebook_has_its_outputs_and_names_no_machine(path: Path) -> 
     """A reader sees results without running anything: every code cell was executed, in
     order, without an error; the notebook shows output, a figure for every plot; and no
     output holds an absolute path of the machine that ran it, a process name of that
-    host, or a password."""
+    host, a password, or a terminal escape code (a reader's viewer shows them raw)."""
     notebook = nbformat.read(path, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), (
@@ -75,3 +75,5 @@ def test_committed_notebook_has_its_outputs_and_names_no_machine(path: Path) -> 
         if "plt.show()" in cell.source:
             assert any("image/png" in o.get("data", {}) for o in cell.outputs), cell.source
     assert machine_details(notebook) == []
+    escaped = [o for o in outputs if "\x1b[" in "".join(o.get("text", ""))]
+    assert escaped == [], f"{path.name}: an output holds terminal escape codes"
