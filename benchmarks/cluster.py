@@ -1,7 +1,7 @@
 """One Redis node against a three-primary Redis Cluster (``tests/cluster.py``, six local
 processes): throughput of concurrent chat graphs in each write mode, what each step costs
 the servers (Redis CPU, summed over the primaries; Postgres transactions), and the hot keys
-and bytes a thread costs on each: the inputs of the capacity model in the README.
+and bytes a thread costs on each: the inputs of the capacity model in docs/deployments.md.
 
     python -m benchmarks.cluster [--seconds 8] [--concurrency 16]
 

@@ -76,8 +76,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         key_prefix: prefix of every Redis key.
         schema: Postgres schema of every table.
         serde: serializer; default LangGraph's `JsonPlusSerializer` in strict mode: it
-            rebuilds only LangGraph's safe types and ``allowed_types`` (see README, "Trust
-            model").
+            rebuilds only LangGraph's safe types and ``allowed_types`` (see
+            docs/trust-model.md).
         redis_client: a `redis.Redis` of the application's for blocking callers, used
             instead of one built from ``redis_url`` (never closed by the saver). Made
             without ``decode_responses``.
