@@ -90,7 +90,7 @@ class DurableTool(BaseTool):
     """A tool whose calls go through the saver's tool ledger (made by `durable_tool`).
 
     It has the wrapped tool's name, description and schemas, so models, ``ToolNode`` and
-    ``create_react_agent`` see the same tool; ``ToolRuntime``, state and store injection
+    ``create_agent`` see the same tool; ``ToolRuntime``, state and store injection
     work as for the wrapped tool.
     """
 
@@ -424,7 +424,7 @@ def durable_tool(
 
     Use as ``@durable_tool``, ``@durable_tool(saver=..., ...)`` on a sync or async function
     (which becomes a LangChain tool, as with ``@tool``), or ``durable_tool(existing_tool,
-    ...)`` on a `BaseTool`. The result works in ``ToolNode`` and ``create_react_agent``.
+    ...)`` on a `BaseTool`. The result works in ``ToolNode`` and ``create_agent``.
 
     Args:
         tool: a function or a `BaseTool`.
