@@ -20,10 +20,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
-import redis
 from langchain_core.messages import AIMessage
 
+from benchmarks.infra import delete_prefix, drop_schema
 from langgraph_durable import DurableSaver, durable_tool
 from langgraph_durable._core.ledger import protocol
 from tests.graphs import model_then_tool_graph
@@ -66,13 +65,8 @@ def measure(mode: str, invokes: int) -> tuple[float, float]:
     finally:
         protocol._decision_durable = waits  # type: ignore[assignment]
         saver.close()
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        client = redis.Redis.from_url(REDIS_URL)
-        keys = list(client.scan_iter(match=f"{prefix}*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        drop_schema(POSTGRES_URL, schema)
+        delete_prefix(REDIS_URL, prefix)
 
 
 def main() -> None:

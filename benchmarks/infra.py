@@ -43,6 +43,12 @@ def create_schema(url: str, schema: str) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
 
 
+def drop_schema(url: str, schema: str) -> None:
+    """Drop ``schema`` and everything in it, if it exists."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def schema_bytes(url: str, schema: str) -> int:
     """Bytes on disk of every table in ``schema``, with its indexes and TOAST."""
     with psycopg.connect(url, autocommit=True) as conn:

@@ -232,13 +232,9 @@ class DurableTool(BaseTool):
                            "its outcome could not be recorded: %s", spec.key, spec.tool, exc)
 
     def _raised(self, error: BaseException) -> core.Raised:
-        if isinstance(error, GraphBubbleUp):
-            return core.Raised(error, "paused")
         if isinstance(error, ValidationError):  # bad arguments: the tool did not run
             return core.Raised(error, "error", retryable=True)
-        if isinstance(error, Exception):
-            return core.Raised(error, "error", retryable=self._options.retryable(error))
-        return core.Raised(error, "cancelled")
+        return _raised(error, isinstance(error, Exception) and self._options.retryable(error))
 
     def _verify(self, request: core.Verify) -> Any:
         assert self._options.verify is not None
@@ -261,22 +257,15 @@ class DurableTool(BaseTool):
                    tool_call_id: str | None) -> tuple[DurableSaver, core.CallSpec]:
         """Find the saver and the call's key: explicit ``key=``; else (thread, graph
         namespace, tool_call_id); else (thread, graph namespace, task id + position)."""
-        from langgraph_durable.saver import DurableSaver
-
         options = self._options
         configurable = ensure_config(config).get("configurable") or {}
-        saver = options.saver or configurable.get(CONFIG_KEY_CHECKPOINTER)
-        if not isinstance(saver, DurableSaver):
-            raise ConfigurationError(
-                f"durable tool {self.name!r} needs a DurableSaver: pass saver= to durable_tool "
-                "or compile the graph with checkpointer=DurableSaver(...)")
+        saver = find_saver(options.saver, configurable, f"durable tool {self.name!r}",
+                           "pass saver= to durable_tool")
         args = self._model_args(tool_input)
         raw_thread = configurable.get("thread_id")
         thread_id = check_text(raw_thread, "thread_id") if raw_thread is not None else ""
         task_id = configurable.get(_TASK_ID)
-        ns = str(configurable.get("checkpoint_ns") or "")
-        if task_id and ns.endswith(f":{task_id}"):  # the task's namespace -> its graph's
-            ns = ns.rpartition("|")[0]
+        ns = graph_namespace(configurable)
         call_ref: str | None = None
         if options.key is not None:
             key = explicit_key(options.key(args))
@@ -288,7 +277,8 @@ class DurableTool(BaseTool):
             if tool_call_id:
                 call_ref = check_text(tool_call_id, "tool_call_id")
             elif task_id:
-                call_ref = f"task:{task_id}:{_position(configurable.get(_SCRATCHPAD), task_id)}"
+                position = _position(_POSITIONS, configurable.get(_SCRATCHPAD), task_id)
+                call_ref = f"task:{task_id}:{position}"
             else:
                 raise ConfigurationError(
                     f"durable tool {self.name!r} was called outside a LangGraph task and without "
@@ -301,7 +291,7 @@ class DurableTool(BaseTool):
             owner=saver.engine.owner, policy=options.policy,
             decided_by=(configurable.get("checkpoint_map") or {}).get(ns) if task_id else None,
             durability=configurable.get(_DURABILITY),
-            step=_step(ensure_config(config).get("metadata") or {}) if task_id else None,
+            step=langgraph_step(ensure_config(config).get("metadata") or {}) if task_id else None,
         )
 
     def _model_args(self, tool_input: str | dict[str, Any]) -> Any:
@@ -329,14 +319,93 @@ def _blocking(tool: BaseTool) -> bool:
         BaseTool, "_arun")
 
 
-def _position(scratchpad: object, task_id: str) -> int:
-    """The call's position among key-less durable calls of the running task."""
+def _position(counter: ContextVar[tuple[object, Iterator[int]] | None], scratchpad: object,
+              task_id: str) -> int:
+    """The call's position among the running task's calls that ``counter`` counts."""
     owner = scratchpad if scratchpad is not None else task_id
-    current = _POSITIONS.get()
+    current = counter.get()
     if current is None or current[0] is not owner:
         current = (owner, itertools.count())
-        _POSITIONS.set(current)
+        counter.set(current)
     return next(current[1])
+
+
+def task_position(counter: ContextVar[tuple[object, Iterator[int]] | None],
+                  configurable: dict[str, Any]) -> int:
+    """The position of a call among the running LangGraph task's calls of one kind (each
+    kind counts with a ``ContextVar`` of its own, initially ``None``)."""
+    task_id = str(configurable.get(_TASK_ID) or "")
+    return _position(counter, configurable.get(_SCRATCHPAD), task_id)
+
+
+def find_saver(explicit: DurableSaver | None, configurable: dict[str, Any], what: str,
+               how: str) -> DurableSaver:
+    """The `DurableSaver` a call uses: ``explicit``, else the graph's checkpointer.
+
+    Raises:
+        ConfigurationError: neither is a `DurableSaver` (``what`` needs one; ``how`` says
+            how to give it).
+    """
+    from langgraph_durable.saver import DurableSaver
+
+    saver = explicit or configurable.get(CONFIG_KEY_CHECKPOINTER)
+    if not isinstance(saver, DurableSaver):
+        raise ConfigurationError(
+            f"{what} needs a DurableSaver: {how} or compile the graph with "
+            "checkpointer=DurableSaver(...)")
+    return saver
+
+
+def graph_namespace(configurable: dict[str, Any]) -> str:
+    """The checkpoint namespace of the graph a task runs in (its own namespace, which ends
+    with ``:<task id>``, cut back to its graph's)."""
+    task_id = configurable.get(_TASK_ID)
+    ns = str(configurable.get("checkpoint_ns") or "")
+    if task_id and ns.endswith(f":{task_id}"):
+        ns = ns.rpartition("|")[0]
+    return ns
+
+
+def in_ledger(engine: Engine, spec: core.CallSpec, work: Callable[[], Any]) -> Any:
+    """Run ``work`` as the ledger call ``spec`` (a policy without ``verify`` or
+    ``"interrupt"``): claim, run, record; or replay the recorded result."""
+
+    def effect(request: Any) -> Any:
+        assert isinstance(request, core.Invoke), request
+        with _running(engine, request):
+            try:
+                return core.Returned(work())
+            except BaseException as exc:
+                return _raised(exc)
+
+    with engine.handling(spec.key):
+        return engine.run(core.call(engine.context, spec), effect)
+
+
+async def ain_ledger(engine: Engine, spec: core.CallSpec,
+                     work: Callable[[], Awaitable[Any]]) -> Any:
+    """Async twin of `in_ledger`."""
+
+    async def effect(request: Any) -> Any:
+        assert isinstance(request, core.Invoke), request
+        with _running(engine, request):
+            try:
+                return core.Returned(await work())
+            except BaseException as exc:
+                return _raised(exc)
+
+    with engine.handling(spec.key):
+        return await engine.arun(core.call(engine.context, spec), effect)
+
+
+def _raised(error: BaseException, retryable: bool = True) -> core.Raised:
+    """What a call that raised ``error`` leaves: a pause (a graph bubble-up: runs again on
+    resume), an outcome, or nothing (cancelled)."""
+    if isinstance(error, GraphBubbleUp):
+        return core.Raised(error, "paused")
+    if isinstance(error, Exception):
+        return core.Raised(error, "error", retryable=retryable)
+    return core.Raised(error, "cancelled")
 
 
 @contextmanager
@@ -350,7 +419,7 @@ def _running(engine: Engine, request: core.Invoke) -> Iterator[None]:
         _CURRENT_KEY.reset(token)
 
 
-def _step(metadata: dict[str, Any]) -> int | None:
+def langgraph_step(metadata: dict[str, Any]) -> int | None:
     """The LangGraph step a task runs in (``langgraph_step`` in its config's metadata)."""
     step = metadata.get("langgraph_step")
     return step if isinstance(step, int) and not isinstance(step, bool) else None
