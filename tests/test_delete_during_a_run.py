@@ -139,3 +139,62 @@ def test_a_graph_whose_thread_is_deleted_while_a_node_runs_fails_with_one_clear_
     saver.flush()
     assert _stored(schema, prefix, thread) == dict.fromkeys((*TABLES, "redis"), 0)
     assert graph.get_state(config).values == {}
+
+
+def _wait_for_lock(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Until another session waits for a row lock on the schema's head rows."""
+    for _ in range(500):
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid() AND query LIKE %s",
+            (f'%"{schema}".lgd_heads%',)).fetchone()
+        if row and row[0]:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the write never waited for the delete's lock")
+
+
+@pytest.mark.parametrize("write", ["put", "put_writes"])
+def test_a_write_that_waits_for_a_delete_in_progress_is_refused_when_it_commits(
+    make_saver: type[DurableSaver], namespace: tuple[str, str], write: str
+) -> None:
+    """A write whose statement began before a delete committed, and waited for the head
+    row the delete locked: once the delete commits, the write finds that row gone and
+    stores nothing (it once inserted the head afresh, which left an acknowledged child of a
+    deleted checkpoint). The delete's own statements run in a transaction held open here."""
+    from langgraph_durable._core.sql import Statements
+
+    schema, _ = namespace
+    run = make_saver(write_mode="through")
+    thread = f"delete-race-{uuid.uuid4()}"
+    first = put_value(run, thread, "one")
+    statements = Statements(schema)
+    outcome: dict[str, BaseException | None] = {}
+
+    def write_now() -> None:
+        try:
+            if write == "put":
+                _, child, metadata, versions = value_put_args(
+                    run, thread, "two", "", {"source": "loop", "step": 1})
+                run.put(first, child, metadata, versions)
+            else:
+                run.put_writes(first, [("value", "late")], "task-late")
+            outcome["error"] = None
+        except BaseException as exc:  # the test reads it
+            outcome["error"] = exc
+
+    with psycopg.connect(POSTGRES_URL) as deleting, psycopg.connect(
+            POSTGRES_URL, autocommit=True) as watching:
+        ids = {"thread_ids": [thread]}
+        deleting.execute(statements.lock_heads_sql, ids)
+        deleting.execute(statements.delete_threads_sql, ids)
+        writer = threading.Thread(target=write_now)
+        writer.start()
+        _wait_for_lock(watching, schema)
+        deleting.commit()
+        writer.join(30)
+    assert not writer.is_alive()
+    error = outcome["error"]
+    assert isinstance(error, ThreadConflictError) and error.deleted, error
+    stored = _stored(schema, namespace[1], thread)
+    assert {t: stored[t] for t in TABLES} == dict.fromkeys(TABLES, 0)

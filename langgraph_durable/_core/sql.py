@@ -255,29 +255,43 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 # namespace's head row is taken first: its lock orders concurrent writers of the
 # namespace, and with %(cas)s the checkpoint is stored only if it extends the head (its
 # parent is the head, it is a root of a namespace with none yet, or it is a retry of
-# this very put).
+# this very put). A head row in this statement's snapshot is only ever updated (`moved`,
+# against its newest version), never inserted again: a delete that removed it while this
+# put waited for its lock leaves `moved` empty, so the put conflicts instead of starting
+# the deleted history afresh.
 # Returns the new version and head, or no row when the head moved on (another run wrote
-# first).
+# first) or the thread was deleted.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(parent_id)s %(run_id)s %(cas)s
 # %(checkpoint)s %(channel_versions)s %(metadata)s %(channels)s %(versions)s
 # %(blobs)s
 PUT_CHECKPOINT_SQL = (
     """
-WITH head AS (
+WITH moved AS (
+    UPDATE {schema}.lgd_heads AS h
+    SET head = GREATEST(h.head, %(checkpoint_id)s), version = """
+    + _NEXT_VERSION
+    + """, written_at = now()
+    WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s
+      AND (NOT %(cas)s OR h.head = %(parent_id)s OR h.head = %(checkpoint_id)s
+           OR (h.head IS NULL AND %(parent_id)s::text IS NULL))
+    RETURNING h.version, h.head
+), started AS (
+    -- a namespace without a head row has no checkpoint: a put that extends a parent
+    -- there extends a deleted history, and conflicts
     INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, head, version)
     SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, """
     + _NEXT_VERSION
     + """
-    -- a namespace without a head row has no checkpoint: a put that extends a parent
-    -- there extends a deleted history, and conflicts
-    WHERE NOT %(cas)s OR %(parent_id)s::text IS NULL OR EXISTS (
+    WHERE (NOT %(cas)s OR %(parent_id)s::text IS NULL) AND NOT EXISTS (
         SELECT 1 FROM {schema}.lgd_heads x
         WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
         head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
-    WHERE NOT %(cas)s OR h.head = %(parent_id)s OR h.head = EXCLUDED.head
+    WHERE NOT %(cas)s OR h.head = EXCLUDED.head
        OR (h.head IS NULL AND %(parent_id)s::text IS NULL)
     RETURNING h.version, h.head
+), head AS (
+    SELECT version, head FROM moved UNION ALL SELECT version, head FROM started
 ), new_blobs AS (
     INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, x.channel, x.version, x.blob
@@ -353,17 +367,31 @@ PUT_WRITES_SQL = (
 WITH deleted AS (
     SELECT thread_id, through FROM {schema}.lgd_deleted
     WHERE thread_id = %(thread_id)s FOR SHARE
-), bump AS (
+), bumped AS (
+    UPDATE {schema}.lgd_heads AS h SET version = """
+    + _NEXT_VERSION
+    + """, written_at = now()
+    WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s AND NOT """
+    + _DELETED.replace("{deleted}", "deleted")
+    + """
+    RETURNING h.version
+), started AS (
+    -- the namespace's first write (no head row in this statement's snapshot); a row the
+    -- snapshot holds is only updated, so a delete that removed it meanwhile stores nothing
     INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, version)
     SELECT %(thread_id)s, %(checkpoint_ns)s, """
     + _NEXT_VERSION
     + """
     WHERE NOT """
     + _DELETED.replace("{deleted}", "deleted")
-    + """
+    + """ AND NOT EXISTS (
+        SELECT 1 FROM {schema}.lgd_heads x
+        WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
         version = EXCLUDED.version, written_at = now()
     RETURNING h.version
+), bump AS (
+    SELECT version FROM bumped UNION ALL SELECT version FROM started
 ), special AS (
     INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
         channel, task_path, blob)
@@ -567,10 +595,13 @@ ON CONFLICT DO NOTHING
 # row) pass the JIT threshold, and compiling costs seconds where running costs milliseconds.
 NO_JIT_SQL = "SET LOCAL jit = off"
 
-# First in a prune's transaction: the threads' head rows, locked in one order. A write in
-# flight on one of them finishes first (and the rebuilt heads then see its checkpoint); a
-# later one waits for the prune to commit. Without it, a write that commits while the
-# heads are rebuilt would have its head set back to the checkpoint before it.
+# First in a prune's or a delete's transaction: the threads' head rows, locked in one
+# order. A write in flight on one of them finishes first (and the rebuilt heads then see
+# its checkpoint, or the delete, in a snapshot of its own, deletes it too); a later one
+# waits for the prune or the delete to commit (and, after a delete, finds its head row
+# gone and stores nothing: see `PUT_CHECKPOINT_SQL`). Without it, a write that commits
+# while the heads are rebuilt would have its head set back to the checkpoint before it,
+# and one that commits while a delete runs would outlive it.
 # %(thread_ids)s
 LOCK_HEADS_SQL = """
 SELECT 1 FROM {schema}.lgd_heads WHERE thread_id = ANY(%(thread_ids)s)

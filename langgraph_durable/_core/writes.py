@@ -458,6 +458,7 @@ def delete_threads(
             ctx,
             ids,
             [
+                Statement(ctx.statements.lock_heads_sql, {"thread_ids": ids}),
                 Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
                 *ledger,
             ],

@@ -12,7 +12,8 @@ from tests.core.script import Script, cold, empty_journal, hot, hot_down
 
 def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context) -> None:
     """delete_thread: drain the journal (empty), intent, then one transaction of the
-    tombstone, the rows and the thread's ledger — no heads rebuilt, the thread is gone —
+    tombstone, the thread's head rows locked (a write in flight commits first, and is
+    deleted too), the rows and the thread's ledger — no heads rebuilt, the thread is gone —
     and ``drop_thread`` with the intent's token and that tombstone, so no copy read before
     the delete can bring the thread back to Redis."""
     st = ctx.statements
@@ -20,13 +21,14 @@ def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context)
     script = Script([
         empty_journal("t"),
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
-        (cold(st.tombstone_sql, st.delete_threads_sql,
-              ledger_statements("s").delete_threads), [[{"version": 40}], None, None]),
+        (cold(st.tombstone_sql, st.lock_heads_sql, st.delete_threads_sql,
+              ledger_statements("s").delete_threads), [[{"version": 40}], None, None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 3),
     ])
     script.run(ops.delete_threads(ctx, ["a"]))
     assert script.done
     assert script.requests[2].statements[1].params == {"thread_ids": ["a"]}
+    assert script.requests[2].statements[2].params == {"thread_ids": ["a"]}
     assert list(script.requests[3].args) == [script.requests[1].args[0], 40, ctx.ttl_ms, ""]
 
 
@@ -40,12 +42,13 @@ def test_delete_with_redis_down_marks_the_thread_stale_in_the_same_transaction(
     script = Script([
         empty_journal("t"),
         (hot("intent"), hot_down()),
-        (cold(st.tombstone_sql, st.delete_threads_sql, st.mark_hot_stale_sql,
-              st.bump_thread_sql), [[{"version": 41}], None, None, None]),
+        (cold(st.tombstone_sql, st.lock_heads_sql, st.delete_threads_sql,
+              st.mark_hot_stale_sql, st.bump_thread_sql),
+         [[{"version": 41}], None, None, None, None]),
     ])
     script.run(ops.delete_threads(ctx, ["a"], keep_ledger=True))
     assert script.done
-    _, _, mark, bump = script.requests[2].statements
+    _, _, _, mark, bump = script.requests[2].statements
     assert mark.params == {"thread_id": "a"} and bump.params == {"thread_id": "a"}
     assert ctx.breaker.is_open and ctx.marks.due()
 
