@@ -7,7 +7,8 @@ call is tracked: claim and outcome). The wait before the claim (`_core.ledger.pr
 "the decision is durable before the effect") is switched on and off on alternate invokes
 of the same saver, so both halves see the same machine state; the first tenth is warm-up.
 Prints the median milliseconds per invoke with and without it, per write mode, under
-LangGraph's default ``durability="sync"``. Works on private schemas, dropped at the end.
+``durability="sync"`` (LangGraph's default, ``"async"``, makes a write-through call wait
+for the put in flight too). Works on private schemas, dropped at the end.
 """
 
 from __future__ import annotations

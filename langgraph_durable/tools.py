@@ -290,7 +290,9 @@ class DurableTool(BaseTool):
             tool=self.name, args=args, fingerprint=fingerprint(args),
             owner=saver.engine.owner, policy=options.policy,
             decided_by=(configurable.get("checkpoint_map") or {}).get(ns) if task_id else None,
-            durability=configurable.get(_DURABILITY),
+            # LangGraph writes its durability into the config only when it was given;
+            # its default is "async"
+            durability=configurable.get(_DURABILITY) or "async",
             step=langgraph_step(ensure_config(config).get("metadata") or {}) if task_id else None,
         )
 

@@ -392,12 +392,13 @@ async def test_a_cancelled_caller_does_not_end_a_blocking_call_still_running(
     assert record is not None and (record.status, record.attempts) == ("succeeded", 1)
 
 
-@pytest.mark.parametrize("durability", ["sync", "async"])
+@pytest.mark.parametrize("durability", ["sync", "async", None])
 def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
-        make_saver: Any, namespace: tuple[str, str], durability: str) -> None:
+        make_saver: Any, namespace: tuple[str, str], durability: str | None) -> None:
     """The checkpoint holding the model's tool call (and so the call's id and key) is in
     Postgres before the tool's effect starts, in both write modes and with LangGraph's
-    ``durability`` "sync" or "async": written behind with a flusher that would wait a
+    ``durability`` "sync", "async" or not given (LangGraph's default, "async", which it
+    does not write into the config): written behind with a flusher that would wait a
     minute, the call drains the thread's journal first. A crash during the effect then
     resumes from that decision instead of asking the model again."""
     saver = make_saver(flush_interval=60.0)
@@ -415,7 +416,8 @@ def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
 
     graph = model_then_tool_graph(saver, charge, {"order": "A"},
                                   lambda: f"call-{uuid.uuid4().hex}")
-    graph.invoke({"messages": [("user", "buy")]}, _config(_thread()), durability=durability)
+    given = {} if durability is None else {"durability": durability}
+    graph.invoke({"messages": [("user", "buy")]}, _config(_thread()), **given)
     assert seen == [1]
 
 

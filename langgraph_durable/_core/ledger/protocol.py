@@ -68,6 +68,8 @@ logger = logging.getLogger("langgraph_durable")
 
 _POLL = ExponentialBackoff(cap=0.5, base=0.025)  # waiting on a live lease
 
+_DECIDING = ExponentialBackoff(cap=0.05, base=0.001)  # waiting on a put in flight (~1 ms)
+
 _RETRY = ExponentialBackoff(cap=1.0, base=0.1)  # a claim or an outcome whose reply was lost
 
 _CLAIM_TRIES = 2  # the tool has not run: give up sooner than when recording an outcome
@@ -186,7 +188,7 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[None]:
                 f"within {deadline:g}s (write_deadline)",
                 key=spec.key,
             )
-        delay = max(0.002, min(_POLL.compute(polls), deadline - waited))
+        delay = max(0.001, min(_DECIDING.compute(polls), deadline - waited))
         polls, waited = polls + 1, waited + delay
         yield Pause(delay)
 
