@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-embedded
-COMPAT_STAMP := $(VENV)/.installed-compat
+COMPAT_VENV ?= .venv-compat
+COMPAT_PY := $(COMPAT_VENV)/bin/python
 TOOLS_STAMP := $(VENV)/.installed-tools
 
 .PHONY: test chaos compat lint typecheck bench demo notebooks clean
@@ -50,10 +51,19 @@ chaos: $(STAMP)
 
 # LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
 # write-through then write-behind; fails when either mode has a failed or errored test.
-# Summaries in .compat-cache/summary-MODE.json.
-compat: $(STAMP) $(COMPAT_STAMP)
+# Summaries in .compat-cache/summary-MODE.json. It runs in a venv of its own holding the
+# package with the `compat` extra and nothing else, as LangGraph's CI does: the suite's
+# streaming tests compare metadata that lists the installed langchain packages, and the
+# `dev` extra adds one (langchain, for create_agent).
+$(COMPAT_VENV)/.installed: pyproject.toml compat/constraints.txt
+	test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_PY) -m pip install -q --upgrade pip
+	$(COMPAT_PY) -m pip install -q -e '.[compat]' -c compat/constraints.txt
+	touch $@
+
+compat: $(COMPAT_VENV)/.installed
 	status=0; for mode in through behind; do \
-	  $(PY) -m compat.run --mode $$mode || status=1; \
+	  $(COMPAT_PY) -m compat.run --mode $$mode || status=1; \
 	done; exit $$status
 
 lint: $(STAMP)
@@ -72,4 +82,4 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/langgraph-durable demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(COMPAT_VENV) .pytest_cache .mypy_cache

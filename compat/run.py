@@ -33,7 +33,7 @@ from compat import DUMP_ENV, MODE_ENV, SUMMARY_ENV, UPSTREAM_ENV, CompatError, s
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "compat" / "constraints.txt"
 CACHE = ROOT / ".compat-cache"
-INSTALL_HINT = f"{sys.executable} -m pip install -e '.[dev,compat]' -c compat/constraints.txt"
+INSTALL_HINT = f"{sys.executable} -m pip install -e '.[compat]' -c compat/constraints.txt"
 PYTEST_LINE = re.compile(r"^=+ (.* in [\d.]+s\b.*?) =+$")
 
 WALL_CLOCK = frozenset({"test_stream_buffering_single_node",
@@ -41,6 +41,12 @@ WALL_CLOCK = frozenset({"test_stream_buffering_single_node",
 """Upstream tests (sync and async) that assert when stream chunks arrive, in 0.1 s windows
 of wall-clock time around ``time.sleep`` calls. A pause of the machine fails them whatever
 the saver; one that fails is run once more on its own, and passes only if that run passes."""
+
+
+# The packages the suite runs against. The other pins are the suite's test dependencies,
+# or the package's own (langchain for create_agent, the LangGraph server for its test),
+# which stay out of the suite's venv: see the Makefile's compat target.
+STACK = frozenset({"langgraph", "langgraph-checkpoint", "langgraph-prebuilt", "langchain-core"})
 
 
 def _installed(name: str) -> str | None:
@@ -62,11 +68,11 @@ def pins() -> dict[str, str]:
 
 
 def check_pins() -> None:
-    """Raise `CompatError` unless the installed langgraph stack (langgraph*, langchain*) is
-    the pinned one; warn about the other pins (test dependencies) the venv does not match."""
+    """Raise `CompatError` unless the installed langgraph stack (`STACK`) is the pinned one;
+    warn about the other pins the venv does not match."""
     for name, pinned in pins().items():
         have = _installed(name)
-        stack = name.startswith(("langgraph", "langchain"))
+        stack = name in STACK
         if have == pinned or (have is None and not stack):  # missing test deps get installed
             continue
         what = f"{name} {have} is installed" if have else f"{name} is not installed"
