@@ -9,8 +9,10 @@ Scenarios:
 - ``stale-after-recovery`` (issue 24, case 1; write-through): process ``p0`` has four
   writer threads and its Redis link drops for 0.15 s at the start of every 3 s cycle,
   while it writes (its breaker opens, writes go to Postgres with stale marks); writes stop
-  0.5 s into the cycle, and process ``p1``'s readers keep reading every thread. Once the
-  breaker closed and `STALE_BOUND` passed, every read must show the cycle's last writes.
+  0.5 s into the cycle, and the readers of processes ``p1``-``p3`` keep reading every
+  thread. p0's Postgres link is slowed by 5 ms (a database a few round trips away), so
+  its concurrent commits take a while. Once `STALE_BOUND` passed since a write, every
+  read must show it.
 
 Faults (the nemesis log names each with its slot and times):
 
@@ -55,6 +57,7 @@ FAULTS = {"redis_cut": 6, "redis_slow": 2, "pg_cut": 2, "pause": 2, "kill": 2,
 PERSISTENCE = {"through": ("always", "everysec", None), "behind": ("always", "everysec")}
 # stale-after-recovery: seconds per cycle, of which writing, and when p0's link is cut
 CYCLE, ACTIVE, CUT_AT = 3.0, 0.5, 0.1
+PG_DELAY = 0.005  # stale-after-recovery: p0's Postgres link, seconds per chunk each way
 
 
 @dataclass
@@ -143,7 +146,7 @@ class CheckerRun:
         setup.setup()
         setup.close()
         if self.scenario == "stale-after-recovery":
-            layout = [["writer"] * 4, ["reader"] * 2]
+            layout = [["writer"] * 4, ["reader"] * 2, ["reader"] * 2, ["reader"] * 2]
         else:
             layout = [["mixed"] * 3 for _ in range(3)]
         for i, roles in enumerate(layout):
@@ -168,6 +171,8 @@ class CheckerRun:
         """Case 1: cut p0's Redis link for 0.15 s just after each cycle's writes began, so
         that most of the cycle's writes go to Postgres alone, with stale marks."""
         slot = self.slots[0]
+        slot.pg_proxy.delay = PG_DELAY  # its commits take a few round trips of this
+        t_slow = time.time()
         k = 0
         while True:
             at = epoch + k * CYCLE + CUT_AT
@@ -180,6 +185,8 @@ class CheckerRun:
             slot.redis_proxy.restore()
             self.fault("redis_cut", slot.name, t0)
             k += 1
+        slot.pg_proxy.delay = 0.0
+        self.fault("pg_slow", slot.name, t_slow, delay=PG_DELAY)
 
     def nemesis(self, stop: float, until: float) -> None:
         kinds, weights = zip(*FAULTS.items(), strict=True)
