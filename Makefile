@@ -40,14 +40,17 @@ test: $(STAMP)
 # test` runs the default 1000 per mode); a failure prints the command that replays its seed.
 # Real-process chaos: KILLS SIGKILLed agent processes across both write modes, with Redis
 # killed and restarted and Postgres cut (`make test` runs 12); RESUME_LOG gets one line per
-# thread saying where it resumed and why.
+# thread saying where it resumed and why. The real-process checker: CHECKER_SECONDS of
+# worker processes under its nemesis, split between the write modes (`make test` runs 40 s).
 SEEDS ?= 20000
 KILLS ?= 200
 CHAOS_SEED ?= 1
 RESUME_LOG ?= chaos-resumes.log
+CHECKER_SECONDS ?= 1800
 chaos: $(STAMP)
 	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
 	$(PY) -m tests.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
+	$(PY) -m tests.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
 
 # LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
 # write-through then write-behind; fails when either mode has a failed or errored test.

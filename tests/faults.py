@@ -106,7 +106,8 @@ class Proxy:
     """Forwards 127.0.0.1:<port> to a target, ``(host, port)`` or a Unix socket's path;
     `cut()` drops every connection and refuses new ones until `restore()`;
     `lose_reply(marker)` lets the server answer the next request that contains ``marker``
-    in full, drops the answer and closes that connection."""
+    in full, drops the answer and closes that connection; ``delay`` (seconds, 0 by
+    default) holds every chunk that long before forwarding it: a slow link."""
 
     def __init__(self, target: tuple[str, int] | str) -> None:
         self.target = target
@@ -118,6 +119,7 @@ class Proxy:
         self._thread: threading.Thread | None = None
         self._marker: bytes | None = None
         self.lost = 0  # replies dropped by `lose_reply`
+        self.delay = 0.0  # seconds each chunk waits before it is forwarded
 
     def lose_reply(self, marker: bytes) -> None:
         """Drop the reply to the next request whose bytes contain ``marker``, once the
@@ -177,6 +179,8 @@ class Proxy:
                         self.lost += 1
                         break
                     continue
+                if self.delay:
+                    time.sleep(self.delay)
                 dst.sendall(data)
         except OSError:
             pass

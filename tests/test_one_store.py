@@ -54,6 +54,16 @@ def _chain(saver: DurableSaver, thread: str, values: list[str]) -> list[dict[str
     return configs
 
 
+def _through_proxy(proxy: Proxy, namespace: tuple[str, str]) -> DurableSaver:
+    """A set-up saver (a process of its own) that reaches Redis through ``proxy``, so the
+    test can cut it off; its breaker stays open once tripped."""
+    schema, prefix = namespace
+    saver = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL, key_prefix=prefix,
+                         schema=schema, breaker_cooldown=60, pool_timeout=2)
+    saver.setup()
+    return saver
+
+
 def _value(saver: DurableSaver, config: dict[str, Any]) -> Any:
     tup = saver.get_tuple(config)
     return tup.checkpoint["channel_values"]["value"] if tup else None
@@ -141,14 +151,10 @@ def test_write_that_bypassed_redis_is_seen_by_every_process(
     """A process that cannot reach Redis writes Postgres; a process that can, and one
     started later, see that write within stale_poll_interval, and the next turn extends
     it instead of forking the thread."""
-    schema, prefix = namespace
     proxy = Proxy(redis_address())
     proxy.start()
     try:
-        cut_off = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
-                               key_prefix=prefix, schema=schema, breaker_cooldown=60,
-                               pool_timeout=2)
-        cut_off.setup()
+        cut_off = _through_proxy(proxy, namespace)
         reader = make_saver(write_mode="through", stale_poll_interval=0.2)
         thread = f"t-{uuid.uuid4()}"
         (first,) = _chain(cut_off, thread, ["v1"])
@@ -550,15 +556,12 @@ def test_marks_are_applied_again_to_a_redis_restored_from_an_older_state(
     """A process wrote v2 while it could not reach Redis; the mark was applied (the hot copy
     dropped); then Redis comes back from a snapshot taken before: it holds v1 and the older
     applied-mark, so the mark is applied again and no process is served v1."""
-    schema, prefix = namespace
+    _, prefix = namespace
     proxy = Proxy(redis_address())
     proxy.start()
     client = redis.Redis.from_url(REDIS_URL)
     try:
-        cut_off = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL,
-                               key_prefix=prefix, schema=schema, breaker_cooldown=60,
-                               pool_timeout=2)
-        cut_off.setup()
+        cut_off = _through_proxy(proxy, namespace)
         thread = f"t-{uuid.uuid4()}"
         (first,) = _chain(cut_off, thread, ["v1"])
         keys = ThreadKeys(prefix, thread)
@@ -581,3 +584,56 @@ def test_marks_are_applied_again_to_a_redis_restored_from_an_older_state(
     finally:
         client.close()
         proxy.cut()
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_mark_committed_after_a_newer_one_is_still_applied(
+    namespace: tuple[str, str], make_saver: Any
+) -> None:
+    """Two writes bypass Redis at once. The one on thread X takes its stale mark's number
+    first but commits last (here its transaction waits for a row lock after the mark, as it
+    would for a slow round trip); meanwhile another process applies the marks it sees,
+    the newer mark on Y, and records that number as applied. X's mark, committed below the
+    number applied, must still be applied: the other process must not serve X's older hot
+    copy past ``stale_poll_interval`` (found by the real-process checker, `tests/checker`)."""
+    schema, _ = namespace
+    proxy = Proxy(redis_address())
+    proxy.start()
+    try:
+        cut_off = _through_proxy(proxy, namespace)
+        reader = make_saver(write_mode="through", stale_poll_interval=0.2)
+        x, y = f"x-{uuid.uuid4()}", f"y-{uuid.uuid4()}"
+        (x1,) = _chain(cut_off, x, ["x1"])
+        _put(cut_off, _config(x) | {"configurable": {"thread_id": x, "checkpoint_ns": "sub"}},
+             "sub")  # a second namespace: its head row is what X's commit will wait for
+        (y1,) = _chain(cut_off, y, ["y1"])
+        assert _value(reader, _config(x)) == "x1" and _value(reader, _config(y)) == "y1"
+        proxy.cut()
+        with psycopg.connect(POSTGRES_URL) as blocker:
+            blocker.execute(f'SELECT 1 FROM "{schema}".lgd_heads WHERE thread_id = %s AND '
+                            "checkpoint_ns = 'sub' FOR UPDATE", (x,))
+            done: list[Any] = []
+            writer = threading.Thread(target=lambda: done.append(_put(cut_off, x1, "x2")))
+            writer.start()  # marks X, then waits to give X's namespaces newer versions
+            deadline = time.monotonic() + 10
+            while not _waiting_for_lock(schema) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            _put(cut_off, y1, "y2")  # a newer mark, committed first
+            time.sleep(0.25)
+            assert _value(reader, _config(y)) == "y2"  # the reader applied Y's mark
+            blocker.rollback()  # X's write commits, its mark numbered below Y's
+        writer.join(timeout=10)
+        assert done, "the write on X did not complete"
+        time.sleep(0.5)
+        assert _value(reader, _config(x)) == "x2"
+        cut_off.close()
+    finally:
+        proxy.cut()
+
+
+def _waiting_for_lock(schema: str) -> bool:
+    """Whether a session waits for a row lock (the write held back by the test)."""
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                           "'Lock' AND query LIKE %s", (f'%"{schema}".lgd_heads%',)).fetchone()
+    return bool(row and row[0])

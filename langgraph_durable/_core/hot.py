@@ -106,11 +106,17 @@ def stale_marks(ctx: Context, thread_ids: Sequence[str]) -> list[Statement]:
     """Statements that mark the threads' hot copies stale, for the end of a transaction
     that changed them while Redis was bypassed. The mark's version becomes the threads'
     tombstone once applied; every namespace of the threads then gets a newer version, so
-    a copy read after the change is accepted again."""
+    a copy read after the change is accepted again. The marks are numbered last, under a
+    lock held until the commit, so they commit in the order of their numbers: a process
+    that applied the marks up to a number never misses one committed below it later."""
     out: list[Statement] = []
     for thread_id in thread_ids:
         out.append(Statement(ctx.statements.mark_hot_stale_sql, {"thread_id": thread_id}))
         out.append(Statement(ctx.statements.bump_thread_sql, {"thread_id": thread_id}))
+    if out:
+        out.append(Statement(ctx.statements.order_marks_sql, {}))
+        out.append(Statement(ctx.statements.renumber_marks_sql,
+                             {"thread_ids": list(thread_ids)}))
     return out
 
 

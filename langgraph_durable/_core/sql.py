@@ -781,6 +781,21 @@ BUMP_THREAD_SQL = (
     + " WHERE thread_id = %(thread_id)s"
 )
 
+# Last in a transaction that marked threads: number its marks anew, under a lock held
+# until it commits. A reader that sees a mark numbered N has then seen every mark
+# numbered below N that will ever commit, so it may record N as applied. (Numbered when
+# made, a mark could commit after a newer one that a reader already recorded as applied,
+# and no process would ever apply it.) The lock is taken after every row lock of the
+# transaction, and no row lock is awaited while it is held, so it adds no deadlock; it
+# orders only writes that bypassed Redis. %(thread_ids)s
+ORDER_MARKS_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtext('{schema}.lgd_mark_seq'))"
+)
+RENUMBER_MARKS_SQL = (
+    "UPDATE {schema}.lgd_hot_marks SET seq = nextval('{schema}.lgd_mark_seq') "
+    "WHERE thread_id = ANY(%(thread_ids)s)"
+)
+
 # %(after)s: the marks Redis has not applied yet, oldest first
 PENDING_MARKS_SQL = """
 SELECT seq, thread_id, version FROM {schema}.lgd_hot_marks
@@ -839,8 +854,10 @@ class Statements:
     lock_heads_sql: sql.SQL
     mark_hot_stale_sql: sql.SQL
     newest_mark_sql: sql.SQL
+    order_marks_sql: sql.SQL
     no_jit_sql: sql.SQL
     pending_marks_sql: sql.SQL
+    renumber_marks_sql: sql.SQL
     prune_delete_sql: sql.SQL
     prune_scan_sql: sql.SQL
     put_checkpoint_sql: sql.SQL

@@ -39,19 +39,21 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     ctx.marks.checked()
     script = Script([
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), hot_down()),
-        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
-         [[{"version": 9, "head": "x"}], None, None]),
+        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql,
+              st.order_marks_sql, st.renumber_marks_sql),
+         [[{"version": 9, "head": "x"}], None, None, None, None]),
     ])
     config = script.run(op)
     assert script.done
     assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
                                       "checkpoint_id": checkpoint_id}
-    put_stmt, mark, bump = script.requests[1].statements
+    put_stmt, mark, bump, _, renumber = script.requests[1].statements
     assert put_stmt.fetch
     assert put_stmt.params["thread_id"] == THREAD
     assert put_stmt.params["checkpoint_id"] == checkpoint_id
     assert put_stmt.params["cas"] is False
     assert mark.params == {"thread_id": THREAD} and bump.params == {"thread_id": THREAD}
+    assert renumber.params == {"thread_ids": [THREAD]}  # numbered last, in commit order
     assert ctx.breaker.is_open and ctx.breaker.trips == 1
     assert ctx.marks.due()
 
@@ -63,8 +65,9 @@ def test_while_the_breaker_is_open_a_put_skips_redis_entirely(ctx: Context) -> N
     _, op = _put(ctx)
     st = ctx.statements
     script = Script([
-        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql),
-         [[{"version": 9, "head": "x"}], None, None]),
+        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql,
+              st.order_marks_sql, st.renumber_marks_sql),
+         [[{"version": 9, "head": "x"}], None, None, None, None]),
     ])
     script.run(op)
     assert script.done
