@@ -265,11 +265,12 @@ class DurableTool(BaseTool):
 
         options = self._options
         configurable = ensure_config(config).get("configurable") or {}
-        saver = options.saver or configurable.get(CONFIG_KEY_CHECKPOINTER)
+        saver = options.saver or _wrapped_saver(configurable.get(CONFIG_KEY_CHECKPOINTER))
         if not isinstance(saver, DurableSaver):
             raise ConfigurationError(
                 f"durable tool {self.name!r} needs a DurableSaver: pass saver= to durable_tool "
-                "or compile the graph with checkpointer=DurableSaver(...)")
+                "or compile the graph with checkpointer=DurableSaver(...) (under LangGraph's "
+                "server: name langgraph_durable.server.checkpointer in langgraph.json)")
         args = self._model_args(tool_input)
         raw_thread = configurable.get("thread_id")
         thread_id = check_text(raw_thread, "thread_id") if raw_thread is not None else ""
@@ -310,6 +311,32 @@ class DurableTool(BaseTool):
             return tool_input
         names = _arg_names(self.inner)
         return {k: v for k, v in tool_input.items() if k in names}
+
+
+_WRAPPED = ("_inner",)
+"""Attributes in which a checkpointer that wraps another keeps it: LangGraph's server hands
+tasks an adapter that holds the checkpointer of ``langgraph.json`` in ``_inner``."""
+
+
+def _wrapped_saver(checkpointer: object) -> object:
+    """The `DurableSaver` a graph's checkpointer is or wraps (else the checkpointer).
+
+    Looked up by attribute, never by the wrapper's type, so that the server's packages are
+    never imported; static lookup, so that a wrapper which forwards unknown attributes to
+    what it wraps (``__getattr__``) is not asked for them.
+    """
+    from langgraph_durable.saver import DurableSaver
+
+    found = checkpointer
+    for _ in range(4):  # a wrapper of a wrapper, at most a few deep
+        if found is None or isinstance(found, DurableSaver):
+            break
+        inner = next((value for name in _WRAPPED
+                      if (value := inspect.getattr_static(found, name, None)) is not None), None)
+        if inner is None:
+            break
+        found = inner
+    return found if isinstance(found, DurableSaver) else checkpointer
 
 
 def _arg_names(tool: BaseTool) -> frozenset[str]:
