@@ -338,10 +338,13 @@ def _adapter(saver: DurableSaver, monkeypatch: pytest.MonkeyPatch) -> BaseCheckp
     """The server's own wrapper around a custom checkpointer, as its tasks get it."""
     for name, value in SERVER_CONFIG.items():
         monkeypatch.setenv(name, value)
-    from langgraph_api._checkpointer._adapter import (
-        CheckpointerCapabilities,
-        _CustomCheckpointerAdapter,
-    )
+    try:
+        from langgraph_api._checkpointer._adapter import (
+            CheckpointerCapabilities,
+            _CustomCheckpointerAdapter,
+        )
+    except ImportError as exc:
+        pytest.fail(f"langgraph-api is missing ({exc}): install the server-test extra ({INSTALL})")
 
     capabilities = CheckpointerCapabilities.from_type(type(saver))
     assert all((capabilities.has_adelete_thread, capabilities.has_adelete_for_runs,
