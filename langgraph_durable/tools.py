@@ -304,6 +304,32 @@ class DurableTool(BaseTool):
         return {k: v for k, v in tool_input.items() if k in names}
 
 
+_WRAPPED = ("_inner",)
+"""Attributes in which a checkpointer that wraps another keeps it: LangGraph's server hands
+tasks an adapter that holds the checkpointer of ``langgraph.json`` in ``_inner``."""
+
+
+def _wrapped_saver(checkpointer: object) -> object:
+    """The `DurableSaver` a graph's checkpointer is or wraps (else the checkpointer).
+
+    Looked up by attribute, never by the wrapper's type, so that the server's packages are
+    never imported; static lookup, so that a wrapper which forwards unknown attributes to
+    what it wraps (``__getattr__``) is not asked for them.
+    """
+    from langgraph_durable.saver import DurableSaver
+
+    found = checkpointer
+    for _ in range(4):  # a wrapper of a wrapper, at most a few deep
+        if found is None or isinstance(found, DurableSaver):
+            break
+        inner = next((value for name in _WRAPPED
+                      if (value := inspect.getattr_static(found, name, None)) is not None), None)
+        if inner is None:
+            break
+        found = inner
+    return found if isinstance(found, DurableSaver) else checkpointer
+
+
 def _arg_names(tool: BaseTool) -> frozenset[str]:
     schema = tool.tool_call_schema
     if isinstance(schema, dict):
@@ -350,11 +376,12 @@ def find_saver(explicit: DurableSaver | None, configurable: dict[str, Any], what
     """
     from langgraph_durable.saver import DurableSaver
 
-    saver = explicit or configurable.get(CONFIG_KEY_CHECKPOINTER)
+    saver = explicit or _wrapped_saver(configurable.get(CONFIG_KEY_CHECKPOINTER))
     if not isinstance(saver, DurableSaver):
         raise ConfigurationError(
             f"{what} needs a DurableSaver: {how} or compile the graph with "
-            "checkpointer=DurableSaver(...)")
+            "checkpointer=DurableSaver(...) (under LangGraph's server: name "
+            "langgraph_durable.server.checkpointer in langgraph.json)")
     return saver
 
 

@@ -301,8 +301,8 @@ def _ahost_first(effects: AsyncEffects) -> AsyncEffects:
     """Async twin of `_host_first`."""
 
     async def answer(request: Any) -> Any:
-        if isinstance(request, OwnerGone):
-            return host.owner_gone(request.owner, request.key)
+        if isinstance(request, OwnerGone):  # reads /proc: off the event loop
+            return await asyncio.to_thread(host.owner_gone, request.owner, request.key)
         return await effects(request)
 
     return answer

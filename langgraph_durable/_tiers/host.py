@@ -30,15 +30,17 @@ _owner_lock = threading.Lock()
 
 
 def process_owner() -> Owner:
-    """This process's lease-owner identity: one per process (a new one after ``fork``)."""
+    """This process's lease-owner identity: one per process (a new one after ``fork``).
+
+    Asks the operating system nothing, so it may run on an event loop: the host part was
+    read when this module was imported (`HOST`)."""
     global _owner
     owner, pid = _owner, os.getpid()
     if owner is not None and owner.pid == pid:
         return owner
     with _owner_lock:
         if _owner is None or _owner.pid != pid:
-            host = _host_identity()
-            _owner = Owner(host, pid, f"{host}:{pid}:{secrets.token_hex(16)}")
+            _owner = Owner(HOST, pid, f"{HOST}:{pid}:{secrets.token_hex(16)}")
         return _owner
 
 
@@ -59,6 +61,12 @@ def _host_identity() -> str:
     except OSError:
         return name
     return f"{name}~{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
+
+
+HOST = _host_identity()
+"""This host in lease owners, read once at import: reading ``/proc`` is a blocking call,
+which an event loop must not make (LangGraph's dev server refuses it), and neither the
+boot nor the pid namespace changes while the process runs (nor after ``fork``)."""
 
 
 class ActiveCalls:
