@@ -400,18 +400,35 @@ def drain_journal(ctx: Context, thread_ids: Sequence[str] | None = None) -> Op[N
     return None
 
 
+def claim_threads(ctx: Context, thread_ids: Sequence[str]) -> Op[list[str | None]]:
+    """Before a change to whole threads: move their journal entries to Postgres, announce
+    an intent on each, and move them again. With the intents standing, write-behind writes
+    of the threads go through Postgres, so no write made between the first move and the
+    intents is left in Redis for the change to pass over: a prune would drop the hot copy
+    of a checkpoint not yet in Postgres (readers would miss an acknowledged checkpoint until
+    it flushed), a delete would let it flush after. Returns the intents' tokens (``None``
+    where Redis is bypassed), for `mutate_threads`."""
+    yield from drain_journal(ctx, thread_ids)
+    tokens: list[str | None] = []
+    for thread_id in thread_ids:
+        tokens.append((yield from announce(ctx, ctx.layout.thread(thread_id))))
+    yield from drain_journal(ctx, thread_ids)
+    return tokens
+
+
 def mutate_threads(
     ctx: Context,
     thread_ids: Sequence[str],
     statements: Sequence[Statement],
     *,
     deletes: bool = False,
-    tokens: Sequence[str] | None = None,
+    tokens: Sequence[str | None] | None = None,
 ) -> Op[list[Any]]:
     """Commit statements that change whole threads; their hot copies are dropped after,
     with a tombstone version taken first in the same transaction. Unless the threads are
     deleted, each remaining namespace then gets a new version and its head back.
-    ``tokens``: the threads' intents, when the caller announced them (a sweep's claims)."""
+    ``tokens``: the threads' intents, when the caller announced them (`claim_threads`, a
+    sweep's claims; ``None`` for a thread whose Redis was bypassed)."""
     keyed = [ctx.layout.thread(t) for t in thread_ids]
     if tokens is None:
         announced: list[str | None] = []
@@ -453,7 +470,7 @@ def delete_threads(
         else [Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
     )
     if ids:
-        yield from drain_journal(ctx, ids)
+        tokens = yield from claim_threads(ctx, ids)
         yield from mutate_threads(
             ctx,
             ids,
@@ -463,6 +480,7 @@ def delete_threads(
                 *ledger,
             ],
             deletes=True,
+            tokens=tokens,
         )
     return None
 
@@ -525,9 +543,9 @@ def prune(ctx: Context, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     if strategy == "delete":
         yield from delete_threads(ctx, ids)
         return None
-    yield from drain_journal(ctx, ids)
+    tokens = yield from claim_threads(ctx, ids)
     rows = yield from prune_scan(ctx, ids)
-    yield from mutate_threads(ctx, ids, prune_statements(ctx, ids, rows))
+    yield from mutate_threads(ctx, ids, prune_statements(ctx, ids, rows), tokens=tokens)
     return None
 
 

@@ -29,6 +29,7 @@ Faults (the nemesis log names each with its slot and times):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -133,7 +134,7 @@ class CheckerRun:
         finally:
             for slot in self.slots:
                 if slot.proc is not None and slot.proc.is_alive():
-                    os.kill(slot.proc.pid or 0, signal.SIGCONT)
+                    _signal(slot.proc.pid, signal.SIGCONT)
                     slot.proc.kill()
                 slot.redis_proxy.cut()
                 slot.pg_proxy.cut()
@@ -216,9 +217,9 @@ class CheckerRun:
                 self.fault(kind, slot.name, t0)
             elif kind == "pause" and slot.proc is not None and slot.proc.pid:
                 proc = slot.current
-                os.kill(slot.proc.pid, signal.SIGSTOP)
+                _signal(slot.proc.pid, signal.SIGSTOP)
                 time.sleep(self.rng.uniform(0.3, 2.0))
-                os.kill(slot.proc.pid, signal.SIGCONT)
+                _signal(slot.proc.pid, signal.SIGCONT)
                 self.fault(kind, slot.name, t0, proc=proc)
             elif kind == "kill" and slot.proc is not None:
                 proc = slot.current
@@ -251,7 +252,7 @@ class CheckerRun:
         for slot in self.slots:
             slot.redis_proxy.delay = 0.0
             if slot.proc is not None and slot.proc.pid:
-                os.kill(slot.proc.pid, signal.SIGCONT)
+                _signal(slot.proc.pid, signal.SIGCONT)
         for slot in self.slots:
             if slot.proc is not None:
                 slot.proc.join(timeout=max(0.0, until + 30 - time.time()))
@@ -279,6 +280,13 @@ class CheckerRun:
             ids = [t.checkpoint["id"] for t in saver.list(config)]
             history.complete(op_id, "ok", {**worker.summary(tup), "ids": ids})
         saver.close()
+
+
+def _signal(pid: int | None, sig: signal.Signals) -> None:
+    """Send ``sig`` to a worker, which may have ended meanwhile (killed, or its time up)."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def run(seconds: float, seed: int, mode: str, scenario: str, workdir: Path) -> Report:

@@ -56,17 +56,19 @@ def test_the_walk_stops_at_a_parent_that_is_gone() -> None:
 
 
 def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> None:
-    """prune(keep_latest): drain the journal (empty here), scan, then one transaction that
-    takes a tombstone version, deletes everything outside the keep set (plus orphan
-    blobs) and gives each remaining namespace its head back, between the write intent and
-    the hot copy's drop with that tombstone."""
+    """prune(keep_latest): drain the journal (empty here), the write intent (from now on
+    a write-behind write of the thread goes through Postgres), drain again (a write made
+    in between), scan, then one transaction that takes a tombstone version, deletes
+    everything outside the keep set (plus orphan blobs) and gives each remaining namespace
+    its head back, and the hot copy's drop with that tombstone."""
     st = ctx.statements
     keys = ThreadKeys("t", "t1")
     script = Script([
         empty_journal("t"),
+        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
+        empty_journal("t"),
         (cold(st.no_jit_sql, st.prune_scan_sql), [None, [_row("c1", None, stored=["m"]),
                                                   _row("c2", "c1", counters={"m": 1})]]),
-        (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
         (cold(st.tombstone_sql, st.no_jit_sql, st.lock_heads_sql, st.prune_delete_sql,
               st.delete_orphan_blobs_sql, st.rebuild_heads_sql),
          [[{"version": 17}], None, None, [], None, None]),
@@ -74,8 +76,8 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
-    assert script.requests[1].statements[1].params == {"thread_ids": ["t1"]}
-    tombstone, _, lock, delete, _, heads = script.requests[3].statements
+    assert script.requests[3].statements[1].params == {"thread_ids": ["t1"]}
+    tombstone, _, lock, delete, _, heads = script.requests[4].statements
     assert lock.params == {"thread_ids": ["t1"]}
     assert tombstone.fetch
     assert delete.params == {
@@ -84,5 +86,5 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         # only checkpoints older than the latest the scan saw may go (a later one stays)
         "latest_threads": ["t1"], "latest_ns": [""], "latest_ids": ["c2"]}
     assert heads.params == {"thread_ids": ["t1"]}
-    token = script.requests[2].args[0]
-    assert list(script.requests[4].args) == [token, 17, ctx.ttl_ms, ""]
+    token = script.requests[1].args[0]
+    assert list(script.requests[5].args) == [token, 17, ctx.ttl_ms, ""]

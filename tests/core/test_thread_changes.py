@@ -11,7 +11,8 @@ from tests.core.script import Script, cold, empty_journal, hot, hot_down
 
 
 def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context) -> None:
-    """delete_thread: drain the journal (empty), intent, then one transaction of the
+    """delete_thread: drain the journal (empty), intent, drain again (a write-behind write
+    made in between; from the intent on they go through Postgres), then one transaction of the
     tombstone, the thread's head rows locked (a write in flight commits first, and is
     deleted too), the rows and the thread's ledger — no heads rebuilt, the thread is gone —
     and ``drop_thread`` with the intent's token and that tombstone, so no copy read before
@@ -21,15 +22,16 @@ def test_delete_drops_the_hot_copy_with_the_transactions_tombstone(ctx: Context)
     script = Script([
         empty_journal("t"),
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
+        empty_journal("t"),
         (cold(st.tombstone_sql, st.lock_heads_sql, st.delete_threads_sql,
               ledger_statements("s").delete_threads), [[{"version": 40}], None, None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 3),
     ])
     script.run(ops.delete_threads(ctx, ["a"]))
     assert script.done
-    assert script.requests[2].statements[1].params == {"thread_ids": ["a"]}
-    assert script.requests[2].statements[2].params == {"thread_ids": ["a"]}
-    assert list(script.requests[3].args) == [script.requests[1].args[0], 40, ctx.ttl_ms, ""]
+    assert script.requests[3].statements[1].params == {"thread_ids": ["a"]}
+    assert script.requests[3].statements[2].params == {"thread_ids": ["a"]}
+    assert list(script.requests[4].args) == [script.requests[1].args[0], 40, ctx.ttl_ms, ""]
 
 
 def test_delete_with_redis_down_marks_the_thread_stale_in_the_same_transaction(
