@@ -76,8 +76,8 @@ class Checker:
                 continue
             if p.id in self.sim.lost or any(_overlaps(d, p.start, read.end) for d in deletes):
                 continue
-            late = read.end if for_list else p.end  # a later prune may drop old ones
-            if any(_overlaps(d, p.start, late) for d in prunes):
+            # a prune may drop old ones from a list; never the newest from a read of the head
+            if for_list and any(_overlaps(d, p.start, read.end) for d in prunes):
                 continue
             if self._unseen_for_now(p, read):
                 continue
