@@ -59,6 +59,14 @@ def test_05_multi_agent() -> None:
     run("05_multi_agent")
 
 
+def test_06_create_agent() -> None:
+    """A create_agent agent with DurableMiddleware, SIGKILLed after its model answered and
+    resumed in a new process: the recorded answer replays (no model call paid twice, the
+    same tool-call id) and the card is charged once; without recorded model calls the
+    model is paid three times."""
+    run("06_create_agent")
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.stem for p in COMMITTED])
 def test_committed_notebook_has_its_outputs_and_names_no_machine(path: Path) -> None:
     """A reader sees results without running anything: every code cell was executed, in
