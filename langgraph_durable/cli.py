@@ -313,7 +313,7 @@ def diff(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         first = queries.checkpoint(saver, thread, a, checkpoint_ns=ns or "")
         second = queries.checkpoint(saver, thread, b, checkpoint_ns=ns or "")
-        console.print(views.diff_view(first, second))
+        console.print(views.diff_view(first, second, views.diff_changes(first, second)))
 
 
 @app.command()
