@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from langgraph_durable._cli import actions, queries, views
+from langgraph_durable._cli import actions, documents, queries, views
 from langgraph_durable._cli.probes import (
     HotView,
     hot_layout,
@@ -114,6 +114,9 @@ MaxAge = Annotated[str | None, typer.Option(
 KeepLast = Annotated[int | None, typer.Option(
     "--keep-last", envvar="LGD_KEEP_LAST", show_envvar=True, metavar="N",
     help="Keep the newest N checkpoints of each namespace.")]
+JsonOutput = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document instead of the table (docs/cli.md lists its "
+                   "fields).")]
 DataDir = Annotated[Path | None, typer.Option(
     "--data-dir", envvar=DATA_DIR_ENV, show_envvar=True, metavar="DIR",
     show_default=str(default_data_dir()),
@@ -205,6 +208,12 @@ def _retention(max_idle: str | None, max_age: str | None, keep_last: int | None,
         keep_last=keep_last, **options)
 
 
+def _print_json(document: documents.Document) -> None:
+    """Write ``document`` to standard output as one line of JSON (non-ASCII escaped, so
+    that any terminal or pipe encoding takes it)."""
+    typer.echo(json.dumps(document))
+
+
 UNWRAPPED = 100_000
 """Standard output's width when it is a pipe or a file: no line is wrapped."""
 
@@ -243,6 +252,7 @@ def threads(
         help="Only threads with a checkpoint whose metadata holds KEY=VALUE (VALUE read as "
              "JSON, else text); repeat to require several. Matches as list(filter=) does.",
     )] = None,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -255,6 +265,11 @@ def threads(
         with _hot_view(saver) as hot:
             total, rows = queries.thread_rows(saver, hot, limit=limit, where=pattern or None)
         unflushed = saver.health()["flush"]["unflushed"]
+        if as_json:
+            _print_json(documents.threads_document(rows, total=total, where=pattern,
+                                                   schema=schema, prefix=prefix,
+                                                   unflushed=unflushed))
+            return
         matching = f" with metadata {json.dumps(pattern)}" if pattern else ""
         caption = (f"{len(rows)} of {total} threads{matching} · schema {schema} · "
                    f"prefix {prefix} · unflushed journal entries: {unflushed}")
@@ -268,6 +283,7 @@ def history(
     ns: Namespace = None,
     limit: Annotated[int, typer.Option(
         min=1, metavar="N", help="Show at most this many checkpoints.")] = 50,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -278,6 +294,9 @@ def history(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         with _hot_view(saver) as hot:
             rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
+        if as_json:
+            _print_json(documents.history_document(thread, ns, rows))
+            return
         console.print(views.history_table(f"history of thread {thread!r}", rows,
                                           width=console.width))
 
@@ -290,12 +309,16 @@ def show(
     ns: Namespace = None,
     full: Annotated[bool, typer.Option(
         "--full", help="Show every value whole instead of cut to the terminal's width.")] = False,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
     """Show a checkpoint's values, pending writes, interrupts."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         tup = queries.checkpoint(saver, thread, checkpoint, checkpoint_ns=ns or "")
+        if as_json:
+            _print_json(documents.checkpoint_document(tup))
+            return
         width = UNWRAPPED if full else max(60, console.width - 20)
         console.print(views.checkpoint_view(tup, width=width))
 
@@ -306,6 +329,7 @@ def diff(
     a: Annotated[str, typer.Argument(help="Older checkpoint (id or unique part).")],
     b: Annotated[str, typer.Argument(help="Newer checkpoint (id or unique part).")],
     ns: Namespace = None,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -313,12 +337,17 @@ def diff(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         first = queries.checkpoint(saver, thread, a, checkpoint_ns=ns or "")
         second = queries.checkpoint(saver, thread, b, checkpoint_ns=ns or "")
-        console.print(views.diff_view(first, second, views.diff_changes(first, second)))
+        changes = views.diff_changes(first, second)
+        if as_json:
+            _print_json(documents.diff_document(first, second, changes))
+            return
+        console.print(views.diff_view(first, second, changes))
 
 
 @app.command()
 def ledger(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -331,6 +360,9 @@ def ledger(
         if not records:
             raise queries.NotFound(f"the ledger has no tool calls for thread {thread!r} "
                                    f"in schema {schema!r}")
+        if as_json:
+            _print_json(documents.ledger_document(thread, records))
+            return
         console.print(views.ledger_table(f"tool calls of thread {thread!r}", records))
 
 
@@ -468,6 +500,7 @@ def sweep(
 @dead_letters_app.command("list")
 def dead_letters_list(
     limit: Annotated[int, typer.Option(metavar="N", help="Show at most this many.")] = 100,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
@@ -476,6 +509,9 @@ def dead_letters_list(
 
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
         found = dead_letters.letters(saver, limit)
+        if as_json:
+            _print_json(documents.dead_letters_document(prefix, found))
+            return
         if not found:
             console.print(f"no dead letters under prefix {prefix!r}")
             return
@@ -572,6 +608,7 @@ def prune(
 
 @app.command()
 def doctor(
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -585,12 +622,17 @@ def doctor(
     checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
     problems = [c for c in checks if c.status == "fail"]
     warnings = [c for c in checks if c.status == "warn"]
-    # the first failure's detail is the error line on stderr, said once
-    console.print(views.checks_table([
-        replace(c, detail="failed: see the error line") if problems and c is problems[0]
-        else c for c in checks]))
+    code = code or (EXIT_WARNINGS if warnings else 0)
+    if as_json:
+        _print_json(documents.checks_document(checks, code))
+    else:  # the first failure's detail is the error line on stderr, said once
+        console.print(views.checks_table([
+            replace(c, detail="failed: see the error line") if problems and c is problems[0]
+            else c for c in checks]))
     if problems:
         errors.print(f"[bold red]error:[/] {escape(problems[0].detail)}", soft_wrap=True)
+        raise typer.Exit(code)
+    if as_json:
         raise typer.Exit(code)
     if warnings:
         names = ", ".join(c.name for c in warnings)
