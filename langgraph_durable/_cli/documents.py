@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 from pydantic import BaseModel
 
+from langgraph_durable._cli.actions import Settled
 from langgraph_durable._cli.views import (
     Change,
     Check,
@@ -217,6 +218,17 @@ def call_document(record: LedgerRecord) -> Document:
 def ledger_document(thread_id: str, records: Sequence[LedgerRecord]) -> Document:
     """``ledger --json``."""
     return {"thread_id": thread_id, "calls": [call_document(r) for r in records]}
+
+
+def settled_document(outcome: str, settled: Sequence[Settled], *, dry_run: bool,
+                     filters: Document) -> Document:
+    """``resolve-all --json``: each call as ``ledger --json`` gives it (as it was listed),
+    with ``settled_status`` (its status once settled; ``None`` in a dry run or when it was
+    not) and ``refused`` (why it was not settled; else ``None``)."""
+    calls = [{**call_document(s.before), "settled_status": s.after and s.after.status,
+              "refused": s.refused} for s in settled]
+    return {"outcome": outcome, "dry_run": dry_run, "filters": filters, "calls": calls,
+            "matched": len(calls), "settled": sum(s.after is not None for s in settled)}
 
 
 def checks_document(checks: Sequence[Check], exit_code: int) -> Document:

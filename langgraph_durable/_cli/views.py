@@ -414,6 +414,24 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
                  *map(Text, unsettled))
 
 
+def unsettled_table(title: str, records: Sequence[LedgerRecord]) -> RenderableType:
+    """Tool calls still to settle, across threads: tool, thread, status, attempts and when
+    first started; below the table, each one's key whole, as ``resolve`` takes it."""
+    table = Table(title=Text(title), title_justify="left")
+    table.add_column("tool", style="cyan", overflow="fold")
+    table.add_column("thread", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("started", overflow="fold")
+    for rec in records:
+        table.add_row(Text(rec.tool), Text(rec.thread_id),
+                      Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")),
+                      str(rec.attempts), when(rec.started_at))
+    keys = [Text(f"  {rec.tool} ({rec.status}, thread {rec.thread_id!r}): {rec.key}")
+            for rec in records]
+    return Group(table, Text("their keys:"), *keys)
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     """One line of ``doctor``."""
