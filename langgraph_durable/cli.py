@@ -9,17 +9,21 @@ Look at what a `DurableSaver` stored, check the servers, run the crash-and-resum
     langgraph-durable diff THREAD A B             # what changed between two checkpoints
     langgraph-durable ledger THREAD               # tool calls: status and attempts
     langgraph-durable resolve KEY OUTCOME         # settle an uncertain tool call
+    langgraph-durable resolve-all OUTCOME --dry-run  # every uncertain call (--tool, --older-than)
     langgraph-durable fork THREAD CHECKPOINT      # a new thread that resumes from a checkpoint
     langgraph-durable dead-letters list           # write-behind entries Postgres rejected
     langgraph-durable sweep --max-idle 30d        # apply a retention policy (--dry-run)
     langgraph-durable demo                        # kill an agent mid-run, resume it
 
+``--json`` on the read commands prints one JSON document instead of a table
+(docs/cli.md lists its fields).
+
 Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
 ``LGD_POSTGRES_URL``; ``--schema`` and ``--prefix`` (``LGD_SCHEMA``, ``LGD_KEY_PREFIX``)
 pick the saver's tables and keys.
 
-Exit codes: 0 success; 1 the command failed (no such thread, a call not uncertain, a fork
-target that exists, a demo check failed);
+Exit codes: 0 success; 1 the command failed (no such thread, a call not uncertain or
+changed before resolve-all settled it, a fork target that exists, a demo check failed);
 2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
 4 ``doctor``'s checks passed with warnings; 130 interrupted.
 """
