@@ -9,17 +9,21 @@ Look at what a `DurableSaver` stored, check the servers, run the crash-and-resum
     langgraph-durable diff THREAD A B             # what changed between two checkpoints
     langgraph-durable ledger THREAD               # tool calls: status and attempts
     langgraph-durable resolve KEY OUTCOME         # settle an uncertain tool call
+    langgraph-durable resolve-all OUTCOME --dry-run  # every uncertain call (--tool, --older-than)
     langgraph-durable fork THREAD CHECKPOINT      # a new thread that resumes from a checkpoint
     langgraph-durable dead-letters list           # write-behind entries Postgres rejected
     langgraph-durable sweep --max-idle 30d        # apply a retention policy (--dry-run)
     langgraph-durable demo                        # kill an agent mid-run, resume it
 
+``--json`` on the read commands prints one JSON document instead of a table
+(docs/cli.md lists its fields).
+
 Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
 ``LGD_POSTGRES_URL``; ``--schema`` and ``--prefix`` (``LGD_SCHEMA``, ``LGD_KEY_PREFIX``)
 pick the saver's tables and keys.
 
-Exit codes: 0 success; 1 the command failed (no such thread, a call not uncertain, a fork
-target that exists, a demo check failed);
+Exit codes: 0 success; 1 the command failed (no such thread, a call not uncertain or
+changed before resolve-all settled it, a fork target that exists, a demo check failed);
 2 misconfiguration (bad URL or option, schema not set up); 3 a server is unreachable;
 4 ``doctor``'s checks passed with warnings; 130 interrupted.
 """
@@ -46,7 +50,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from langgraph_durable._cli import actions, queries, views
+from langgraph_durable import LedgerRecord
+from langgraph_durable._cli import actions, documents, queries, views
 from langgraph_durable._cli.probes import (
     HotView,
     hot_layout,
@@ -114,6 +119,9 @@ MaxAge = Annotated[str | None, typer.Option(
 KeepLast = Annotated[int | None, typer.Option(
     "--keep-last", envvar="LGD_KEEP_LAST", show_envvar=True, metavar="N",
     help="Keep the newest N checkpoints of each namespace.")]
+JsonOutput = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document instead of the table (docs/cli.md lists its "
+                   "fields).")]
 DataDir = Annotated[Path | None, typer.Option(
     "--data-dir", envvar=DATA_DIR_ENV, show_envvar=True, metavar="DIR",
     show_default=str(default_data_dir()),
@@ -205,6 +213,12 @@ def _retention(max_idle: str | None, max_age: str | None, keep_last: int | None,
         keep_last=keep_last, **options)
 
 
+def _print_json(document: documents.Document) -> None:
+    """Write ``document`` to standard output as one line of JSON (non-ASCII escaped, so
+    that any terminal or pipe encoding takes it)."""
+    typer.echo(json.dumps(document))
+
+
 UNWRAPPED = 100_000
 """Standard output's width when it is a pipe or a file: no line is wrapped."""
 
@@ -243,6 +257,7 @@ def threads(
         help="Only threads with a checkpoint whose metadata holds KEY=VALUE (VALUE read as "
              "JSON, else text); repeat to require several. Matches as list(filter=) does.",
     )] = None,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -255,6 +270,11 @@ def threads(
         with _hot_view(saver) as hot:
             total, rows = queries.thread_rows(saver, hot, limit=limit, where=pattern or None)
         unflushed = saver.health()["flush"]["unflushed"]
+        if as_json:
+            _print_json(documents.threads_document(rows, total=total, where=pattern,
+                                                   schema=schema, prefix=prefix,
+                                                   unflushed=unflushed))
+            return
         matching = f" with metadata {json.dumps(pattern)}" if pattern else ""
         caption = (f"{len(rows)} of {total} threads{matching} · schema {schema} · "
                    f"prefix {prefix} · unflushed journal entries: {unflushed}")
@@ -268,6 +288,7 @@ def history(
     ns: Namespace = None,
     limit: Annotated[int, typer.Option(
         min=1, metavar="N", help="Show at most this many checkpoints.")] = 50,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -278,6 +299,9 @@ def history(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         with _hot_view(saver) as hot:
             rows = queries.history_rows(saver, hot, thread, checkpoint_ns=ns, limit=limit)
+        if as_json:
+            _print_json(documents.history_document(thread, ns, rows))
+            return
         console.print(views.history_table(f"history of thread {thread!r}", rows,
                                           width=console.width))
 
@@ -290,12 +314,16 @@ def show(
     ns: Namespace = None,
     full: Annotated[bool, typer.Option(
         "--full", help="Show every value whole instead of cut to the terminal's width.")] = False,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
     """Show a checkpoint's values, pending writes, interrupts."""
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         tup = queries.checkpoint(saver, thread, checkpoint, checkpoint_ns=ns or "")
+        if as_json:
+            _print_json(documents.checkpoint_document(tup))
+            return
         width = UNWRAPPED if full else max(60, console.width - 20)
         console.print(views.checkpoint_view(tup, width=width))
 
@@ -306,6 +334,7 @@ def diff(
     a: Annotated[str, typer.Argument(help="Older checkpoint (id or unique part).")],
     b: Annotated[str, typer.Argument(help="Newer checkpoint (id or unique part).")],
     ns: Namespace = None,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -313,12 +342,17 @@ def diff(
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix, write_mode)) as saver:
         first = queries.checkpoint(saver, thread, a, checkpoint_ns=ns or "")
         second = queries.checkpoint(saver, thread, b, checkpoint_ns=ns or "")
-        console.print(views.diff_view(first, second))
+        changes = views.diff_changes(first, second)
+        if as_json:
+            _print_json(documents.diff_document(first, second, changes))
+            return
+        console.print(views.diff_view(first, second, changes))
 
 
 @app.command()
 def ledger(
     thread: Annotated[str, typer.Argument(help="Thread id.")],
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -331,6 +365,9 @@ def ledger(
         if not records:
             raise queries.NotFound(f"the ledger has no tool calls for thread {thread!r} "
                                    f"in schema {schema!r}")
+        if as_json:
+            _print_json(documents.ledger_document(thread, records))
+            return
         console.print(views.ledger_table(f"tool calls of thread {thread!r}", records))
 
 
@@ -371,8 +408,84 @@ def resolve(
     """
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
         before, after = actions.settle(saver, key, outcome.value, result=result, error=error)
-        console.print(Text(f"tool call {key} ({after.tool}, thread {after.thread_id!r}): "
-                           f"{before.status} → {after.status}; {_NEXT[outcome.value]}"))
+        console.print(Text(f"{_settled_line(before, after)}; {_NEXT[outcome.value]}"))
+
+
+def _settled_line(before: LedgerRecord, after: LedgerRecord) -> str:
+    return (f"tool call {after.key} ({after.tool}, thread {after.thread_id!r}): "
+            f"{before.status} → {after.status}")
+
+
+@app.command(name="resolve-all")
+def resolve_all(
+    outcome: Annotated[Verdict, typer.Argument(
+        metavar="succeeded|failed|retry",
+        help="What happened, for every call picked (as resolve takes it).")],
+    tool: Annotated[str | None, typer.Option(
+        "--tool", metavar="NAME", help="Only the calls of this tool.")] = None,
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", metavar="DURATION",
+        help="Only the calls first started at least this long ago (e.g. 90m, 12h, 2d).")] = None,
+    thread: Annotated[str | None, typer.Option(
+        "--thread", metavar="ID", help="Only the calls of this thread.")] = None,
+    result: Annotated[str | None, typer.Option(
+        "--result", metavar="JSON",
+        help="With succeeded: what the tool returned, as JSON (default: a note).")] = None,
+    error: Annotated[str | None, typer.Option(
+        "--error", metavar="TEXT", help="With failed: the failure's message.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only list the calls it would settle; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: JsonOutput = False,
+    redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
+    schema: Schema = "public", prefix: Prefix = "lgd",
+) -> None:
+    """Settle every uncertain tool call the filters pick.
+
+    Across threads: the uncertain calls, and the started ones whose lease ran out, each
+    settled as resolve settles one. Asks first unless --yes (--json needs --yes or
+    --dry-run); exits 1 if a call changed before it was settled (it is left as it is).
+    """
+    with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
+        verdict = outcome.value
+        actions.verdict_options(outcome.value, result=result, error=error)
+        if as_json and not (yes or dry_run):
+            raise ConfigurationError("resolve-all --json needs --yes (or --dry-run): it has no "
+                                     "one to ask, and its output is the JSON document alone")
+        age = None if older_than is None else parse_duration(older_than, "--older-than")
+        calls = saver.ledger.unsettled(tool=tool, thread_id=thread, older_than=age)
+        filters = {"tool": tool, "thread_id": thread, "older_than_seconds": age}
+        if not as_json:
+            if not calls:
+                console.print("no uncertain tool calls match")
+                return
+            console.print(views.unsettled_table(
+                f"{len(calls)} tool call(s) to settle as {verdict}", calls))
+        if dry_run or not calls:
+            if as_json:
+                _print_json(documents.settled_document(
+                    verdict, [actions.Settled(c) for c in calls], dry_run=dry_run,
+                    filters=filters))
+            return
+        if not yes:
+            typer.confirm(f"settle {len(calls)} tool call(s) as {verdict} in schema "
+                          f"{schema!r}?", abort=True)
+        settled = actions.settle_all(saver, calls, outcome.value, result=result,
+                                     error=error)
+        refused = [s for s in settled if s.refused]
+        if as_json:
+            _print_json(documents.settled_document(verdict, settled, dry_run=False,
+                                                   filters=filters))
+        else:
+            for done in settled:
+                if done.after is not None:
+                    console.print(Text(_settled_line(done.before, done.after)))
+            console.print(Text(f"settled {len(settled) - len(refused)} of {len(settled)}; "
+                               f"{_NEXT[verdict]}"))
+        if refused:
+            raise actions.Refused(f"{len(refused)} of {len(settled)} calls changed before they "
+                                  f"were settled and were left as they are; first: "
+                                  f"{refused[0].refused}")
 
 
 @app.command()
@@ -468,6 +581,7 @@ def sweep(
 @dead_letters_app.command("list")
 def dead_letters_list(
     limit: Annotated[int, typer.Option(metavar="N", help="Show at most this many.")] = 100,
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd",
 ) -> None:
@@ -476,6 +590,9 @@ def dead_letters_list(
 
     with _failures(), _open(_target(redis_url, postgres_url, schema, prefix)) as saver:
         found = dead_letters.letters(saver, limit)
+        if as_json:
+            _print_json(documents.dead_letters_document(prefix, found))
+            return
         if not found:
             console.print(f"no dead letters under prefix {prefix!r}")
             return
@@ -572,6 +689,7 @@ def prune(
 
 @app.command()
 def doctor(
+    as_json: JsonOutput = False,
     redis_url: RedisUrl = None, postgres_url: PostgresUrl = None,
     schema: Schema = "public", prefix: Prefix = "lgd", write_mode: Mode = "through",
 ) -> None:
@@ -585,12 +703,17 @@ def doctor(
     checks, code = run_checks(_target(redis_url, postgres_url, schema, prefix, write_mode))
     problems = [c for c in checks if c.status == "fail"]
     warnings = [c for c in checks if c.status == "warn"]
-    # the first failure's detail is the error line on stderr, said once
-    console.print(views.checks_table([
-        replace(c, detail="failed: see the error line") if problems and c is problems[0]
-        else c for c in checks]))
+    code = code or (EXIT_WARNINGS if warnings else 0)
+    if as_json:
+        _print_json(documents.checks_document(checks, code))
+    else:  # the first failure's detail is the error line on stderr, said once
+        console.print(views.checks_table([
+            replace(c, detail="failed: see the error line") if problems and c is problems[0]
+            else c for c in checks]))
     if problems:
         errors.print(f"[bold red]error:[/] {escape(problems[0].detail)}", soft_wrap=True)
+        raise typer.Exit(code)
+    if as_json:
         raise typer.Exit(code)
     if warnings:
         names = ", ".join(c.name for c in warnings)

@@ -8,13 +8,16 @@ The protocol itself lives in `_core.ledger`; the saver's engine runs it.
 from __future__ import annotations
 
 import builtins
+from datetime import timedelta
 from typing import Any
 
 from langgraph_durable._core import ledger as core
 from langgraph_durable._core.ledger import LedgerRecord, Outcome, Resolution
 from langgraph_durable._core.ledger.keys import derive_key
+from langgraph_durable._core.requests import Op
 from langgraph_durable._tiers.engine import Engine
-from langgraph_durable.errors import ToolCallError
+from langgraph_durable.config import seconds
+from langgraph_durable.errors import ConfigurationError, ToolCallError
 
 _UNSET: Any = object()
 
@@ -61,6 +64,43 @@ class Ledger:
     async def alist(self, thread_id: str) -> builtins.list[LedgerRecord]:
         """Async twin of `list`."""
         return await self._engine.arun(core.list_thread(self._engine.context, thread_id))
+
+    def unsettled(self, *, tool: str | None = None, thread_id: str | None = None,
+                  older_than: float | timedelta | None = None,
+                  limit: int | None = None) -> builtins.list[LedgerRecord]:
+        """The calls `resolve` would settle, across threads, oldest first.
+
+        Those are the ``uncertain`` calls and the ``started`` ones whose lease ran out (a
+        started call under a live lease may still finish: it is not listed).
+
+        Args:
+            tool: only the calls of this tool.
+            thread_id: only the calls of this thread.
+            older_than: only the calls first started at least this long ago (seconds or a
+                `timedelta`, by the database's clock).
+            limit: at most this many.
+
+        Raises:
+            ConfigurationError: ``older_than`` is negative or ``limit`` below 1.
+            CorruptStateError: a stored result fails its checksum.
+            TierUnavailableError: Postgres is unreachable.
+        """
+        return self._engine.run(self._unsettled(tool, thread_id, older_than, limit))
+
+    async def aunsettled(self, *, tool: str | None = None, thread_id: str | None = None,
+                         older_than: float | timedelta | None = None,
+                         limit: int | None = None) -> builtins.list[LedgerRecord]:
+        """Async twin of `unsettled`."""
+        return await self._engine.arun(self._unsettled(tool, thread_id, older_than, limit))
+
+    def _unsettled(self, tool: str | None, thread_id: str | None,
+                   older_than: float | timedelta | None,
+                   limit: int | None) -> Op[builtins.list[LedgerRecord]]:
+        age = None if older_than is None else seconds(older_than)
+        if (age is not None and age < 0) or (limit is not None and limit < 1):
+            raise ConfigurationError("older_than must not be negative, limit at least 1")
+        return core.list_unsettled(self._engine.context, tool=tool, thread_id=thread_id,
+                                   older_than=age, limit=limit)
 
     def counts(self, thread_id: str | None = None) -> dict[str, int]:
         """Calls per status (``started``, ``succeeded``, ``failed``, ``uncertain``), for one

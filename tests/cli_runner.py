@@ -12,12 +12,13 @@ from tests.conftest import POSTGRES_URL, REDIS_URL
 
 def cli_for(namespace: tuple[str, str], *, columns: int = 250) -> Callable[..., Result]:
     """A function running ``langgraph-durable ARGS`` on ``namespace`` (schema, prefix)
-    against the test servers, in a terminal ``columns`` wide."""
+    against the test servers, in a terminal ``columns`` wide; ``input=`` is what is typed
+    at its prompts."""
     schema, prefix = namespace
     env = {"LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL,
            "LGD_SCHEMA": schema, "LGD_KEY_PREFIX": prefix, "COLUMNS": str(columns)}
 
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(app, list(args), env=env)
+    def run(*args: str, input: str | None = None) -> Result:
+        return CliRunner().invoke(app, list(args), env=env, input=input)
 
     return run

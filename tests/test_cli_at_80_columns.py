@@ -7,6 +7,7 @@ import io
 import re
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -178,7 +179,8 @@ def test_the_demos_history_fits_80_columns_with_its_note() -> None:
     keeps step, checkpoint, source, time, bytes and the note."""
     ids = [str(uuid.uuid4()) for _ in range(3)]
     rows = [views.HistoryRow(checkpoint_id=cid, checkpoint_ns="", step=step, source=source,
-                             updated="messages", time="2026-01-02 10:11:12", added_bytes=900,
+                             updated_channels=("messages",),
+                             time=datetime(2026, 1, 2, 10, 11, 12, tzinfo=UTC), added_bytes=900,
                              pending_writes=0, interrupts=0, hot=True)
             for cid, step, source in zip(ids, (1, 0, -1), ("loop", "loop", "input"),
                                          strict=True)]

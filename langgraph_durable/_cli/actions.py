@@ -1,5 +1,6 @@
-"""What the CLI's operator actions do: settle an uncertain tool call, fork a thread from a
-past checkpoint, match threads by metadata. Each runs through the saver's own API."""
+"""What the CLI's operator actions do: settle uncertain tool calls (one, or every one a
+filter picks), fork a thread from a past checkpoint, match threads by metadata. Each runs
+through the saver's own API."""
 
 from __future__ import annotations
 
@@ -40,13 +41,12 @@ def metadata_pattern(items: Sequence[str]) -> dict[str, Any]:
     return pattern
 
 
-def settle(saver: DurableSaver, key: str, outcome: Outcome, *, result: str | None,
-           error: str | None) -> tuple[LedgerRecord, LedgerRecord]:
-    """Settle the uncertain call ``key``; returns its record before and after.
+def verdict_options(outcome: Outcome, *, result: str | None,
+                    error: str | None) -> dict[str, Any]:
+    """The keyword arguments of `Ledger.resolve` that ``--result`` and ``--error`` give.
 
     Raises:
         ConfigurationError: ``result`` is not JSON, or an option does not fit ``outcome``.
-        Refused: no call has the key, or the call is not uncertain.
     """
     if result is not None and outcome != "succeeded":
         raise ConfigurationError("--result goes with 'succeeded' only")
@@ -59,6 +59,18 @@ def settle(saver: DurableSaver, key: str, outcome: Outcome, *, result: str | Non
         except ValueError as exc:
             raise ConfigurationError(f"--result must be JSON, e.g. --result '\"refunded\"' or "
                                      f"--result '{{\"id\": 7}}' ({exc})") from exc
+    return options
+
+
+def settle(saver: DurableSaver, key: str, outcome: Outcome, *, result: str | None,
+           error: str | None) -> tuple[LedgerRecord, LedgerRecord]:
+    """Settle the uncertain call ``key``; returns its record before and after.
+
+    Raises:
+        ConfigurationError: ``result`` is not JSON, or an option does not fit ``outcome``.
+        Refused: no call has the key, or the call is not uncertain.
+    """
+    options = verdict_options(outcome, result=result, error=error)
     before = saver.ledger.get(key)
     if before is None:
         raise Refused(f"no tool call has key {key!r} in schema {saver.config.schema!r} "
@@ -69,6 +81,37 @@ def settle(saver: DurableSaver, key: str, outcome: Outcome, *, result: str | Non
         raise Refused(f"tool call {key} ({before.tool}, thread {before.thread_id!r}) is "
                       f"{before.status}, not uncertain: nothing to settle") from exc
     return before, after
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """One call of `settle_all`: its record as listed, and after settling (``None`` when
+    it was not settled: a dry run, or ``refused``, why not)."""
+
+    before: LedgerRecord
+    after: LedgerRecord | None = None
+    refused: str | None = None
+
+
+def settle_all(saver: DurableSaver, calls: Sequence[LedgerRecord], outcome: Outcome, *,
+               result: str | None, error: str | None) -> list[Settled]:
+    """Settle each of ``calls`` as `settle` does; a call that changed since it was listed
+    (another operator or a resumed run settled it) is left as it is, with the reason.
+
+    Raises:
+        ConfigurationError: ``result`` is not JSON, or an option does not fit ``outcome``
+            (before any call is settled).
+    """
+    verdict_options(outcome, result=result, error=error)
+    done = []
+    for call in calls:
+        try:
+            before, after = settle(saver, call.key, outcome, result=result, error=error)
+        except Refused as exc:
+            done.append(Settled(call, refused=str(exc)))
+        else:
+            done.append(Settled(before, after))
+    return done
 
 
 @dataclass(frozen=True, slots=True)

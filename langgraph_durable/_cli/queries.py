@@ -10,7 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_durable._cli.probes import HotThread, HotView
-from langgraph_durable._cli.views import HistoryRow, ThreadRow, interrupts_of, when
+from langgraph_durable._cli.views import HistoryRow, ThreadRow, interrupts_of, moment
 from langgraph_durable._core.reads import contains
 from langgraph_durable.errors import ConfigurationError, DurableError
 from langgraph_durable.saver import DurableSaver
@@ -58,7 +58,7 @@ def thread_rows(saver: DurableSaver, hot: HotView | None, *, limit: int,
     found = hot_threads(hot, ids + hot_only)
     unflushed = {t: h.unflushed for t, h in (found or {}).items()}
     rows = [
-        ThreadRow(s.thread_id, s.checkpoints, s.namespaces, s.bytes, when(s.last_update),
+        ThreadRow(s.thread_id, s.checkpoints, s.namespaces, s.bytes, s.last_update,
                   None if found is None else s.thread_id in found, True,
                   None if found is None else unflushed.get(s.thread_id, 0))
         for s in summaries
@@ -66,7 +66,7 @@ def thread_rows(saver: DurableSaver, hot: HotView | None, *, limit: int,
     for thread_id in hot_only:
         hot_thread = (found or {}).get(thread_id)
         count = len(hot_thread.checkpoint_keys()) if hot_thread else None
-        rows.append(ThreadRow(thread_id, count, None, None, "—", True, False,
+        rows.append(ThreadRow(thread_id, count, None, None, None, True, False,
                               unflushed.get(thread_id, 0)))
     return total + len(hot_only), rows
 
@@ -112,10 +112,12 @@ def history_rows(saver: DurableSaver, hot: HotView | None, thread_id: str, *,
         meta = tup.metadata or {}
         updated = [c for c in tup.checkpoint.get("updated_channels") or []
                    if not c.startswith("branch:")]
+        step, source = meta.get("step"), meta.get("source")
         rows.append(HistoryRow(
-            checkpoint_id=key[1], checkpoint_ns=key[0], step=meta.get("step", "?"),
-            source=str(meta.get("source", "?")), updated=", ".join(sorted(updated)) or "—",
-            time=when(tup.checkpoint.get("ts"), short=True), added_bytes=sizes.get(key),
+            checkpoint_id=key[1], checkpoint_ns=key[0],
+            step=step if isinstance(step, int) else None,
+            source=None if source is None else str(source), updated_channels=tuple(sorted(updated)),
+            time=moment(tup.checkpoint.get("ts")), added_bytes=sizes.get(key),
             pending_writes=len(tup.pending_writes or []), interrupts=len(interrupts_of(tup)),
             hot=None if found is None else key in hot_ids,
         ))

@@ -50,21 +50,28 @@ def human_bytes(n: int | None) -> str:
     return f"{size:.1f} GiB"
 
 
+def moment(value: datetime | str | None) -> datetime | None:
+    """A timestamp (a datetime or an ISO 8601 string) as an aware datetime, naive ones
+    taken as UTC; ``None`` when there is none or the string is not ISO 8601."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
 def when(value: datetime | str | None, *, short: bool = False) -> str:
     """A timestamp as local ``YYYY-MM-DD HH:MM:SS`` (ISO strings are parsed); ``short``
     drops today's date."""
     if value is None:
         return "—"
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    else:
-        moment = value
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    local = moment.astimezone()
+    parsed = moment(value)
+    if parsed is None:
+        return str(value)
+    local = parsed.astimezone()
     if short and local.date() == datetime.now().astimezone().date():
         return local.strftime("%H:%M:%S")
     return local.strftime("%Y-%m-%d %H:%M:%S")
@@ -100,6 +107,18 @@ def summarize(value: Any, width: int = 90) -> str:
     return clip(repr(value), width)
 
 
+def state_values(tup: CheckpointTuple) -> dict[str, Any]:
+    """A checkpoint's state values by channel, sorted, without LangGraph's ``branch:*``."""
+    values: Mapping[str, Any] = tup.checkpoint.get("channel_values", {})
+    return {c: values[c] for c in sorted(values) if not c.startswith("branch:")}
+
+
+def pending_writes(tup: CheckpointTuple) -> list[tuple[str, str, Any]]:
+    """The ``(task id, channel, value)`` writes pending on a checkpoint, interrupts aside."""
+    return [(task, channel, value) for task, channel, value in tup.pending_writes or []
+            if channel != INTERRUPT_CHANNEL]
+
+
 def interrupts_of(tup: CheckpointTuple) -> list[Any]:
     """The interrupts pending on a checkpoint (values written to ``__interrupt__``)."""
     found: list[Any] = []
@@ -133,14 +152,11 @@ def checkpoint_header(tup: CheckpointTuple) -> Table:
 def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType:
     """State values, pending writes and interrupts of one checkpoint."""
     parts: list[RenderableType] = [checkpoint_header(tup)]
-    values: Mapping[str, Any] = tup.checkpoint.get("channel_values", {})
+    values = state_values(tup)
     table = Table(title="state values", title_justify="left", expand=False)
     table.add_column("channel", style="cyan", overflow="fold")
     table.add_column("value", overflow="fold")
-    for channel in sorted(values):
-        if channel.startswith("branch:"):
-            continue
-        value = values[channel]
+    for channel, value in values.items():
         if isinstance(value, list) and value and all(isinstance(m, BaseMessage) for m in value):
             table.add_row(Text(channel), Text("\n".join(message_line(m, width) for m in value)))
         else:
@@ -148,7 +164,7 @@ def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType
     if not values:
         table.add_row("—", "(no values)")
     parts.append(table)
-    writes = [w for w in tup.pending_writes or [] if w[1] != INTERRUPT_CHANNEL]
+    writes = pending_writes(tup)
     if writes:
         pending = Table(title="pending writes (of tasks that finished after this checkpoint)",
                         title_justify="left")
@@ -172,51 +188,70 @@ def checkpoint_view(tup: CheckpointTuple, *, width: int = 100) -> RenderableType
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """How one channel differs between two checkpoints."""
+    """How one channel differs between two checkpoints: its value ``before`` (``None`` when
+    ``added``) and ``after`` (``None`` when ``removed``); ``appended`` when ``after`` is the
+    list ``before`` with items added at its end."""
 
     channel: str
     kind: Literal["added", "removed", "appended", "changed"]
-    before: str
-    after: str
+    before: Any = None
+    after: Any = None
+
+    @property
+    def appended(self) -> list[Any]:
+        """The items added at the end of the list (``[]`` unless ``appended``)."""
+        return list(self.after[len(self.before):]) if self.kind == "appended" else []
 
 
-def diff_values(a: Mapping[str, Any], b: Mapping[str, Any], *, width: int = 90) -> list[Change]:
+def diff_values(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
     """Channel-by-channel differences from ``a`` to ``b`` (equal channels are left out)."""
     changes: list[Change] = []
     for channel in sorted(set(a) | set(b)):
         if channel.startswith("branch:"):
             continue
         if channel not in a:
-            changes.append(Change(channel, "added", "", summarize(b[channel], width)))
+            changes.append(Change(channel, "added", after=b[channel]))
         elif channel not in b:
-            changes.append(Change(channel, "removed", summarize(a[channel], width), ""))
+            changes.append(Change(channel, "removed", before=a[channel]))
         elif a[channel] != b[channel]:
             old, new = a[channel], b[channel]
-            if isinstance(old, list) and isinstance(new, list) and new[: len(old)] == old:
-                added = new[len(old):]
-                changes.append(Change(channel, "appended", f"{len(old)} items",
-                                      "\n".join(f"+ {summarize(v, width)}" for v in added)))
-            else:
-                changes.append(Change(channel, "changed", summarize(old, width),
-                                      summarize(new, width)))
+            grew = isinstance(old, list) and isinstance(new, list) and new[: len(old)] == old
+            changes.append(Change(channel, "appended" if grew else "changed", old, new))
     return changes
 
 
-def diff_view(a: CheckpointTuple, b: CheckpointTuple) -> RenderableType:
-    """What changed from checkpoint ``a`` to checkpoint ``b``."""
+def _change_cells(change: Change, width: int = 90) -> tuple[str, str]:
+    """What the ``before`` and ``after`` columns of ``diff`` show for a change."""
+    if change.kind == "added":
+        return "", summarize(change.after, width)
+    if change.kind == "removed":
+        return summarize(change.before, width), ""
+    if change.kind == "appended":
+        return (f"{len(change.before)} items",
+                "\n".join(f"+ {summarize(v, width)}" for v in change.appended))
+    return summarize(change.before, width), summarize(change.after, width)
+
+
+def diff_changes(a: CheckpointTuple, b: CheckpointTuple) -> list[Change]:
+    """What changed in the state values from checkpoint ``a`` to checkpoint ``b``."""
+    return diff_values(a.checkpoint.get("channel_values", {}),
+                       b.checkpoint.get("channel_values", {}))
+
+
+def diff_view(a: CheckpointTuple, b: CheckpointTuple, changes: Sequence[Change]) -> RenderableType:
+    """The ``changes`` from checkpoint ``a`` to checkpoint ``b`` (see `diff_changes`)."""
     step_a = (a.metadata or {}).get("step")
     step_b = (b.metadata or {}).get("step")
     title = Text(f"{a.config['configurable']['checkpoint_id']} (step {step_a}) → "
                  f"{b.config['configurable']['checkpoint_id']} (step {step_b})")
-    changes = diff_values(a.checkpoint.get("channel_values", {}),
-                          b.checkpoint.get("channel_values", {}))
     table = Table(title=title, title_justify="left")
     table.add_column("channel", style="cyan", overflow="fold")
     table.add_column("change", no_wrap=True)
     table.add_column("before", style="red", overflow="fold")
     table.add_column("after", style="green", overflow="fold")
     for change in changes:
-        table.add_row(Text(change.channel), change.kind, Text(change.before), Text(change.after))
+        before, after = _change_cells(change)
+        table.add_row(Text(change.channel), change.kind, Text(before), Text(after))
     if not changes:
         return Group(table, Text("no differences in state values", style="dim"))
     return table
@@ -231,10 +266,10 @@ class HistoryRow:
 
     checkpoint_id: str
     checkpoint_ns: str
-    step: Any
-    source: str
-    updated: str
-    time: str
+    step: int | None
+    source: str | None
+    updated_channels: tuple[str, ...]
+    time: datetime | None
     added_bytes: int | None
     pending_writes: int
     interrupts: int
@@ -277,13 +312,14 @@ def _history_table(title: str, rows: Sequence[HistoryRow], notes: Mapping[str, s
         table.add_column("", style="bold yellow", no_wrap=True)
     for r in rows:
         shown_id = r.checkpoint_id[-SHORT_ID:] if short_ids else r.checkpoint_id
-        cells: list[Text] = [Text(str(r.step)), Text(shown_id)]
+        cells: list[Text] = [Text("?" if r.step is None else str(r.step)), Text(shown_id)]
         if show_ns:
             cells.append(Text(r.checkpoint_ns or "(root)"))
-        cells.append(Text(r.source))
+        cells.append(Text(r.source or "?"))
         if not compact:
-            cells.append(Text(r.updated))
-        cells += [Text(r.time[-8:] if compact else r.time), Text(human_bytes(r.added_bytes))]
+            cells.append(Text(", ".join(r.updated_channels) or "—"))
+        time = when(r.time, short=True)
+        cells += [Text(time[-8:] if compact else time), Text(human_bytes(r.added_bytes))]
         if not compact:
             interrupts = f" ({r.interrupts} interrupt)" if r.interrupts else ""
             cells += [Text(f"{r.pending_writes}{interrupts}"), _yes(r.hot)]
@@ -307,7 +343,7 @@ class ThreadRow:
     checkpoints: int | None
     namespaces: int | None
     bytes: int | None
-    last_update: str
+    last_update: datetime | None
     hot: bool | None
     cold: bool
     unflushed: int | None
@@ -327,7 +363,7 @@ def threads_table(title: str, rows: Sequence[ThreadRow], caption: str) -> Table:
         count = "—" if r.checkpoints is None else str(r.checkpoints)
         if r.namespaces and r.namespaces > 1:
             count += f" ({r.namespaces} ns)"
-        table.add_row(Text(r.thread_id), count, human_bytes(r.bytes), Text(r.last_update),
+        table.add_row(Text(r.thread_id), count, human_bytes(r.bytes), Text(when(r.last_update)),
                       _tiers(r.hot, r.cold), "—" if r.unflushed is None else str(r.unflushed))
     return table
 
@@ -376,6 +412,24 @@ def ledger_table(title: str, records: Iterable[LedgerRecord]) -> RenderableType:
     return Group(table, Text("calls not settled (once uncertain: `langgraph-durable resolve "
                              "KEY succeeded|failed|retry`):", style="yellow"),
                  *map(Text, unsettled))
+
+
+def unsettled_table(title: str, records: Sequence[LedgerRecord]) -> RenderableType:
+    """Tool calls still to settle, across threads: tool, thread, status, attempts and when
+    first started; below the table, each one's key whole, as ``resolve`` takes it."""
+    table = Table(title=Text(title), title_justify="left")
+    table.add_column("tool", style="cyan", overflow="fold")
+    table.add_column("thread", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("started", overflow="fold")
+    for rec in records:
+        table.add_row(Text(rec.tool), Text(rec.thread_id),
+                      Text(rec.status, style=_LEDGER_STYLE.get(rec.status, "")),
+                      str(rec.attempts), when(rec.started_at))
+    keys = [Text(f"  {rec.tool} ({rec.status}, thread {rec.thread_id!r}): {rec.key}")
+            for rec in records]
+    return Group(table, Text("their keys:"), *keys)
 
 
 @dataclass(frozen=True, slots=True)

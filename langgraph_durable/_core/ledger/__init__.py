@@ -25,7 +25,14 @@ from langgraph_durable._core.ledger.model import (
     Verify,
 )
 from langgraph_durable._core.ledger.protocol import call, interrupt_payload, record_outcome
-from langgraph_durable._core.ledger.records import counts, get, heartbeat, list_thread, resolve
+from langgraph_durable._core.ledger.records import (
+    counts,
+    get,
+    heartbeat,
+    list_thread,
+    list_unsettled,
+    resolve,
+)
 
 __all__ = [
     "INTERRUPT_TYPE",
@@ -51,6 +58,7 @@ __all__ = [
     "heartbeat",
     "interrupt_payload",
     "list_thread",
+    "list_unsettled",
     "record_outcome",
     "resolve",
 ]

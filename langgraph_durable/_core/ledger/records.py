@@ -119,6 +119,21 @@ def list_thread(ctx: Context, thread_id: str) -> Op[list[LedgerRecord]]:
     return [from_row(ctx, row).record for row in rows]
 
 
+def list_unsettled(
+    ctx: Context,
+    *,
+    tool: str | None,
+    thread_id: str | None,
+    older_than: float | None,
+    limit: int | None,
+) -> Op[list[LedgerRecord]]:
+    """The calls `resolve` would settle (uncertain, or started under a lease that ran out)
+    across threads, oldest first; each filter left ``None`` matches every call."""
+    params = {"tool": tool, "thread_id": thread_id, "older_than": older_than, "limit": limit}
+    rows = (yield Cold.one(statements(ctx.config.schema).list_unsettled, params, fetch=True))[0]
+    return [from_row(ctx, row).record for row in rows]
+
+
 def counts(ctx: Context, thread_id: str | None) -> Op[dict[str, int]]:
     """Calls per status (every status present, zeros included)."""
     rows = (

@@ -266,6 +266,11 @@ RETURNING """
     + _T_RECORD
 )
 
+# A call an operator may settle: uncertain, or started under a lease that ran out.
+_SETTLEABLE = (
+    "(status = 'uncertain' OR (status = 'started' AND lease_expires_at < clock_timestamp()))"
+)
+
 # Settle an uncertain call (verify, a human, an operator), or a started one whose lease ran
 # out. %(key)s %(attempts)s (NULL: any) %(status)s %(result)s %(error)s %(error_type)s
 # %(retryable)s
@@ -275,9 +280,31 @@ UPDATE {schema}.lgd_tool_calls SET status = %(status)s, result = %(result)s,
     error = %(error)s, error_type = %(error_type)s, retryable = %(retryable)s,
     finished_at = clock_timestamp(), lease_expires_at = NULL
 WHERE key = %(key)s AND (%(attempts)s::int IS NULL OR attempts = %(attempts)s)
-  AND (status = 'uncertain' OR (status = 'started' AND lease_expires_at < clock_timestamp()))
+  AND """
+    + _SETTLEABLE
+    + """
 RETURNING """
     + _RECORD
+)
+
+# The calls `RESOLVE_SQL` would settle, across threads, oldest first: of one tool, of one
+# thread, first claimed at least %(older_than)s seconds ago by the database's clock (each
+# NULL: any), at most %(limit)s (NULL: all). An operator's query: it scans the table.
+# %(tool)s %(thread_id)s %(older_than)s %(limit)s
+LIST_UNSETTLED_SQL = (
+    "SELECT "
+    + _RECORD
+    + """ FROM {schema}.lgd_tool_calls
+WHERE """
+    + _SETTLEABLE
+    + """
+  AND (%(tool)s::text IS NULL OR tool = %(tool)s)
+  AND (%(thread_id)s::text IS NULL OR thread_id = %(thread_id)s)
+  AND (%(older_than)s::float8 IS NULL
+       OR started_at < clock_timestamp() - make_interval(secs => %(older_than)s::float8))
+ORDER BY started_at, key
+LIMIT %(limit)s
+"""
 )
 
 # Extend the leases of our running calls. %(owner)s %(keys)s %(attempts)s %(leases)s
@@ -329,6 +356,7 @@ class LedgerStatements:
     finish: sql.SQL
     replay_duplicate: sql.SQL
     resolve: sql.SQL
+    list_unsettled: sql.SQL
     heartbeat: sql.SQL
     delete_threads: sql.SQL
     copy_thread: sql.SQL
@@ -347,6 +375,7 @@ def statements(schema: str) -> LedgerStatements:
         finish=render(FINISH_SQL, schema),
         replay_duplicate=render(REPLAY_DUPLICATE_SQL, schema),
         resolve=render(RESOLVE_SQL, schema),
+        list_unsettled=render(LIST_UNSETTLED_SQL, schema),
         heartbeat=render(HEARTBEAT_SQL, schema),
         delete_threads=render(DELETE_THREADS_LEDGER_SQL, schema),
         copy_thread=render(COPY_THREAD_LEDGER_SQL, schema),
