@@ -130,11 +130,12 @@ def tls_redis(workdir: Path) -> Iterator[TlsRedis]:
         yield TlsRedis(ports[0], ports[1], workdir)
 
 
-def pgbouncer_args(workdir: Path, port: int, database: str) -> list[str]:
+def pgbouncer_args(workdir: Path, port: int, database: str,
+                   backend: tuple[str, int] | None = None) -> list[str]:
     """A pgbouncer in transaction mode on ``port`` in front of the test Postgres's
-    ``database`` (trust auth). Run as ``postgres`` when the test runs as root, which
-    pgbouncer refuses to be."""
-    address = postgres_address()
+    ``database`` (trust auth), reached at ``backend`` (default: where it listens). Run as
+    ``postgres`` when the test runs as root, which pgbouncer refuses to be."""
+    address = backend or postgres_address()
     host, pg_port = (address if isinstance(address, tuple)
                      else (os.path.dirname(address), int(address.rsplit(".", 1)[1])))
     (workdir / "users.txt").write_text('"postgres" ""\n')

@@ -12,9 +12,15 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_durable import DurableSaver
-from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints, put_value
+from tests.conftest import (
+    POSTGRES_URL,
+    REDIS_URL,
+    cold_checkpoints,
+    postgres_address,
+    put_value,
+)
 from tests.deployment_servers import pgbouncer_args, process
-from tests.faults import free_port
+from tests.faults import Proxy, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,9 +38,20 @@ def bouncer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with psycopg.connect(url, connect_timeout=1, prepare_threshold=None) as conn:
             return conn.execute("SELECT 1").fetchone() == (1,)
 
-    with process(pgbouncer_args(workdir, port, DATABASE), ready,
-                 log=workdir / "pgbouncer.log"):
-        yield url
+    # The embedded servers' Postgres listens on a Unix socket in a folder only its own
+    # account may enter, not pgbouncer's: pgbouncer reaches it through a TCP forwarder here.
+    address = postgres_address()
+    forwarder = Proxy(address) if isinstance(address, str) else None
+    if forwarder is not None:
+        forwarder.start()
+    try:
+        backend = ("127.0.0.1", forwarder.port) if forwarder is not None else None
+        with process(pgbouncer_args(workdir, port, DATABASE, backend), ready,
+                     log=workdir / "pgbouncer.log"):
+            yield url
+    finally:
+        if forwarder is not None:
+            forwarder.cut()
 
 
 def test_the_saver_runs_through_pgbouncer_in_transaction_mode(
