@@ -7,7 +7,8 @@ supervisor handing work to parallel worker-agent subgraphs with a durable tool),
 write modes, on three private ``redis-server`` instances (AOF ``appendfsync always``,
 ``everysec``, none) and the shared Postgres reached through a TCP proxy. In a round the
 harness SIGKILLs each worker at a random acknowledged checkpoint and injects the round's
-fault: Redis SIGKILLed and restarted, or every Postgres connection cut for a moment.
+fault: Redis SIGKILLed and restarted, or every Postgres connection cut for a moment. Each
+thread runs, and resumes, under LangGraph's durability "sync" or "async" (drawn per thread).
 
 After each round, for each thread: every checkpoint the worker acknowledged is in Postgres
 (after a drain), the thread resumes to its end, the resume is classified (where it resumed
@@ -64,6 +65,7 @@ class Run:
     redis_kind: str
     ack_path: Path
     kill_at: int
+    durability: str = "sync"  # LangGraph's, for the worker's run and its resume
     acks: list[tuple[str, str]] = field(default_factory=list)
     ack_read_at: dict[tuple[str, str], float] = field(default_factory=dict)
     redis_killed_at: float | None = None  # when the round's fault killed this run's Redis
@@ -75,7 +77,8 @@ class Run:
     def line(self) -> str:
         """One log line: the thread, how its worker ended, where it resumed and why."""
         acked = sum(1 for ns, _ in self.acks if ns == "")
-        return (f"{self.thread_id} mode={self.mode} redis={self.redis_kind} kill_at="
+        return (f"{self.thread_id} mode={self.mode} durability={self.durability} "
+                f"redis={self.redis_kind} kill_at="
                 f"{self.kill_at} acks={len(self.acks)} root_acks={acked} resumed_at_step="
                 f"{self.head_step} | {self.resume}")
 
@@ -192,14 +195,15 @@ class Chaos:
             run_ = Run(thread_id=f"chaos-{number}-{i}-{workload}-{uuid.uuid4().hex[:6]}",
                        workload=workload, mode=mode, redis_kind=kind,
                        ack_path=self.workdir / f"acks-{number}-{i}",
-                       kill_at=self.rng.randint(4, 30))
+                       kill_at=self.rng.randint(4, 30),
+                       durability=self.rng.choice(("sync", "async")))
             runs.append(run_)
         runs[0].kill_at = self.rng.randint(1, 8)  # the round's fault follows its first kill
         procs = [forked.start(run, {
             "workload": r.workload, "write_mode": mode, "redis_url": self.redis[kind].url,
             "postgres_url": self.proxy_url, "outside_url": POSTGRES_URL,
             "schema": self.schema, "prefix": self.prefix, "thread_id": r.thread_id,
-            "ack_path": str(r.ack_path)}) for r in runs]
+            "ack_path": str(r.ack_path), "durability": r.durability}) for r in runs]
         pending_fault = fault != "none"
         offsets = [0] * len(runs)
         deadline = time.monotonic() + ROUND_TIMEOUT
@@ -304,7 +308,7 @@ class Chaos:
             self.tally.resumed += 1
             try:
                 graph.invoke(None if state.created_at else INPUTS[r.workload], config,
-                             durability="sync")
+                             durability=r.durability)  # type: ignore[arg-type]
             except Exception as exc:  # every failure to resume is reported
                 self._violation(r, f"resume raised {type(exc).__name__}: {exc}")
                 return

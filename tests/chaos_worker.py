@@ -182,8 +182,9 @@ def run(spec: dict[str, Any]) -> None:
     """Run one workload on one thread until it ends (or the process is killed).
 
     ``spec``: workload, write_mode, redis_url, postgres_url, outside_url, schema, prefix,
-    thread_id, ack_path. An exception ends the process with ``error <type>`` in the ack
-    file (a write that met a fault), not a traceback.
+    thread_id, ack_path, durability (LangGraph's: "sync" or "async"). An exception ends
+    the process with ``error <type>`` in the ack file (a write that met a fault), not a
+    traceback.
     """
     fd = os.open(spec["ack_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
@@ -202,5 +203,5 @@ def _run(spec: dict[str, Any], fd: int) -> None:
                   spec["thread_id"])
     graph.invoke(INPUTS[spec["workload"]],
                  {"configurable": {"thread_id": spec["thread_id"]}, "recursion_limit": 1000},
-                 durability="sync")
+                 durability=spec.get("durability", "sync"))
     saver.close()
