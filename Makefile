@@ -41,7 +41,7 @@ test: $(STAMP)
 # Real-process chaos: KILLS SIGKILLed agent processes across both write modes, with Redis
 # killed and restarted and Postgres cut (`make test` runs 12); RESUME_LOG gets one line per
 # thread saying where it resumed and why. The real-process checker: CHECKER_SECONDS of
-# worker processes under its nemesis, split between the write modes (`make test` runs 40 s).
+# worker processes under its nemesis in each write mode (`make test` runs 20 s in each).
 SEEDS ?= 20000
 KILLS ?= 200
 CHAOS_SEED ?= 1
