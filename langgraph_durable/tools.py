@@ -277,8 +277,7 @@ class DurableTool(BaseTool):
             if tool_call_id:
                 call_ref = check_text(tool_call_id, "tool_call_id")
             elif task_id:
-                position = _position(_POSITIONS, configurable.get(_SCRATCHPAD), task_id)
-                call_ref = f"task:{task_id}:{position}"
+                call_ref = f"task:{task_id}:{task_position(_POSITIONS, configurable)}"
             else:
                 raise ConfigurationError(
                     f"durable tool {self.name!r} was called outside a LangGraph task and without "
@@ -347,23 +346,18 @@ def _blocking(tool: BaseTool) -> bool:
         BaseTool, "_arun")
 
 
-def _position(counter: ContextVar[tuple[object, Iterator[int]] | None], scratchpad: object,
-              task_id: str) -> int:
-    """The call's position among the running task's calls that ``counter`` counts."""
-    owner = scratchpad if scratchpad is not None else task_id
+def task_position(counter: ContextVar[tuple[object, Iterator[int]] | None],
+                  configurable: dict[str, Any]) -> int:
+    """The position of a call among the running LangGraph task's calls of one kind (each
+    kind counts with a ``ContextVar`` of its own, initially ``None``): the task's
+    scratchpad (else its id) starts the count afresh."""
+    scratchpad = configurable.get(_SCRATCHPAD)
+    owner = scratchpad if scratchpad is not None else str(configurable.get(_TASK_ID) or "")
     current = counter.get()
     if current is None or current[0] is not owner:
         current = (owner, itertools.count())
         counter.set(current)
     return next(current[1])
-
-
-def task_position(counter: ContextVar[tuple[object, Iterator[int]] | None],
-                  configurable: dict[str, Any]) -> int:
-    """The position of a call among the running LangGraph task's calls of one kind (each
-    kind counts with a ``ContextVar`` of its own, initially ``None``)."""
-    task_id = str(configurable.get(_TASK_ID) or "")
-    return _position(counter, configurable.get(_SCRATCHPAD), task_id)
 
 
 def find_saver(explicit: DurableSaver | None, configurable: dict[str, Any], what: str,

@@ -406,8 +406,10 @@ def claim_threads(ctx: Context, thread_ids: Sequence[str]) -> Op[list[str | None
     of the threads go through Postgres, so no write made between the first move and the
     intents is left in Redis for the change to pass over: a prune would drop the hot copy
     of a checkpoint not yet in Postgres (readers would miss an acknowledged checkpoint until
-    it flushed), a delete would let it flush after. Returns the intents' tokens (``None``
-    where Redis is bypassed), for `mutate_threads`."""
+    it flushed), a delete would let it flush after. The first move does nearly all the
+    work while readers still use Redis; the second, under the intents (readers then use
+    Postgres, draining what they miss), only takes what came in between. Returns the
+    intents' tokens (``None`` where Redis is bypassed), for `mutate_threads`."""
     yield from drain_journal(ctx, thread_ids)
     tokens: list[str | None] = []
     for thread_id in thread_ids:
