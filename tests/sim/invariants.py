@@ -70,14 +70,16 @@ class Checker:
         """Acknowledged puts the read must see (newest first)."""
         t, ns = read.call.thread, read.call.ns
         deletes, prunes = self._destroys(t, ["delete"]), self._destroys(t, ["prune"])
+        acked = [p for p in self.puts.values() if p.acked and self._same(p, t, ns)]
+        # the newest the read may find: of every put acknowledged before it ended
+        newest = max((p.call.checkpoint_id for p in acked if p.end <= read.end), default=None)
         out = []
-        for p in self.puts.values():
-            if not (p.acked and self._same(p, t, ns) and p.ends_before(read.start)):
-                continue
+        for p in (p for p in acked if p.ends_before(read.start)):
             if p.id in self.sim.lost or any(_overlaps(d, p.start, read.end) for d in deletes):
                 continue
-            # a prune may drop old ones from a list; never the newest from a read of the head
-            if for_list and any(_overlaps(d, p.start, read.end) for d in prunes):
+            # a prune may drop old ones from a list; never the namespace's newest
+            if (for_list and p.call.checkpoint_id != newest
+                    and any(_overlaps(d, p.start, read.end) for d in prunes)):
                 continue
             if self._unseen_for_now(p, read):
                 continue
