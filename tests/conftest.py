@@ -22,6 +22,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +308,17 @@ def redis_cluster() -> Iterator[TestCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def wait_for_head_lock(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Until another session waits for a row lock on the schema's head rows (a statement
+    of the saver's that reached a transaction the test holds open)."""
+    for _ in range(500):
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid() AND query LIKE %s",
+            (f'%"{schema}".lgd_heads%',)).fetchone()
+        if row and row[0]:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("no statement waited for the head rows the test holds")

@@ -18,7 +18,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.keys import Layout
 from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value, value_put_args
+from tests.conftest import POSTGRES_URL, REDIS_URL, put_value, value_put_args, wait_for_head_lock
 
 TABLES = ("lgd_checkpoints", "lgd_writes", "lgd_blobs", "lgd_heads")
 
@@ -141,19 +141,6 @@ def test_a_graph_whose_thread_is_deleted_while_a_node_runs_fails_with_one_clear_
     assert graph.get_state(config).values == {}
 
 
-def _wait_for_lock(conn: psycopg.Connection[Any], schema: str) -> None:
-    """Until another session waits for a row lock on the schema's head rows."""
-    for _ in range(500):
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND pid <> pg_backend_pid() AND query LIKE %s",
-            (f'%"{schema}".lgd_heads%',)).fetchone()
-        if row and row[0]:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the write never waited for the delete's lock")
-
-
 @pytest.mark.parametrize("write", ["put", "put_writes"])
 def test_a_write_that_waits_for_a_delete_in_progress_is_refused_when_it_commits(
     make_saver: type[DurableSaver], namespace: tuple[str, str], write: str
@@ -190,7 +177,7 @@ def test_a_write_that_waits_for_a_delete_in_progress_is_refused_when_it_commits(
         deleting.execute(statements.delete_threads_sql, ids)
         writer = threading.Thread(target=write_now)
         writer.start()
-        _wait_for_lock(watching, schema)
+        wait_for_head_lock(watching, schema)
         deleting.commit()
         writer.join(30)
     assert not writer.is_alive()

@@ -210,7 +210,7 @@ def _prune(
     results = yield from mutate_threads(
         ctx, ids, prune_statements(ctx, ids, rows, _roots(retention)), tokens=list(claimed.values())
     )
-    gone, orphans = results[2][0], results[3][0]
+    gone, orphans = results[1][0], results[2][0]
     report.threads_pruned += len(ids)
     report.checkpoints += gone["checkpoints"]
     report.writes += gone["writes"]

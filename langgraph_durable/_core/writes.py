@@ -427,8 +427,13 @@ def mutate_threads(
     tokens: Sequence[str | None] | None = None,
 ) -> Op[list[Any]]:
     """Commit statements that change whole threads; their hot copies are dropped after,
-    with a tombstone version taken first in the same transaction. Unless the threads are
-    deleted, each remaining namespace then gets a new version and its head back.
+    with a tombstone version taken first in the same transaction. The threads' head rows
+    are locked before ``statements`` run, so every put of the threads either committed
+    before them (and they see it) or waits for this commit. Unless the threads are
+    deleted, each remaining namespace then gets a new version and its head back: the
+    newest checkpoint, read after that lock (read before it, a put committed in between
+    would have its head taken back, and a second put from the old head would be
+    acknowledged: a fork).
     ``tokens``: the threads' intents, when the caller announced them (`claim_threads`, a
     sweep's claims; ``None`` for a thread whose Redis was bypassed)."""
     keyed = [ctx.layout.thread(t) for t in thread_ids]
@@ -448,6 +453,7 @@ def mutate_threads(
     result: list[Any] = yield Cold(
         (
             Statement(ctx.statements.tombstone_sql, {}, fetch=True),
+            Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(thread_ids)}),
             *statements,
             *heads,
             *marks,
@@ -459,7 +465,7 @@ def mutate_threads(
             yield from drop(ctx, keys, token, tombstone)
     if marks:
         ctx.marks.due_now()
-    return result[1:]
+    return result[2:]
 
 
 def delete_threads(
@@ -477,7 +483,6 @@ def delete_threads(
             ctx,
             ids,
             [
-                Statement(ctx.statements.lock_heads_sql, {"thread_ids": ids}),
                 Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
                 *ledger,
             ],
@@ -575,8 +580,8 @@ def prune_statements(
 ) -> list[Statement]:
     """The statements that delete what the keep-set of the scanned ``rows`` leaves out:
     checkpoints (with their writes) older than the latest the scan saw of their namespace,
-    then blobs no remaining checkpoint refers to, after locking the threads' head rows.
-    The last two return what they deleted."""
+    then blobs no remaining checkpoint refers to (`mutate_threads` locks the threads' head
+    rows first). The last two return what they deleted."""
     keep = list(keep_set(rows, roots))
     latest: dict[tuple[str, str], str] = {}  # the latest checkpoint the scan saw per namespace
     for row in rows:
@@ -584,7 +589,6 @@ def prune_statements(
         latest[space] = max(latest.get(space, ""), row["checkpoint_id"])
     return [
         Statement(ctx.statements.no_jit_sql, {}),
-        Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(ids)}),
         Statement(
             ctx.statements.prune_delete_sql,
             {

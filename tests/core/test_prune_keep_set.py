@@ -69,7 +69,7 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         empty_journal("t"),
         (cold(st.no_jit_sql, st.prune_scan_sql), [None, [_row("c1", None, stored=["m"]),
                                                   _row("c2", "c1", counters={"m": 1})]]),
-        (cold(st.tombstone_sql, st.no_jit_sql, st.lock_heads_sql, st.prune_delete_sql,
+        (cold(st.tombstone_sql, st.lock_heads_sql, st.no_jit_sql, st.prune_delete_sql,
               st.delete_orphan_blobs_sql, st.rebuild_heads_sql),
          [[{"version": 17}], None, None, [], None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 1),
@@ -77,7 +77,7 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
     assert script.requests[3].statements[1].params == {"thread_ids": ["t1"]}
-    tombstone, _, lock, delete, _, heads = script.requests[4].statements
+    tombstone, lock, _, delete, _, heads = script.requests[4].statements
     assert lock.params == {"thread_ids": ["t1"]}
     assert tombstone.fetch
     assert delete.params == {
