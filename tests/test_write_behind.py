@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core import journal
@@ -204,3 +205,39 @@ def test_a_script_that_exits_without_close_still_flushes(
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert cold_checkpoints(schema, thread) == 5
+
+
+def test_a_copy_dropped_by_a_late_acknowledgement_never_hides_unflushed_checkpoints(
+    make_saver: Any,
+) -> None:
+    """Flusher ``late`` commits a batch holding C1 and stalls before acknowledging it;
+    another flusher takes the batch over and acknowledges it; the run writes C2 behind.
+    ``late``'s acknowledgement then finds its entry gone and drops the thread's hot copy
+    (it may lack what ``late`` committed), C2's with it, while C2's journal entry still
+    waits. Reads of the latest and ``list`` drain that entry and show C2 first, as the
+    run was told it was stored."""
+    saver = make_saver(flush_interval=IDLE, reclaim_after=0.2)
+    thread = f"t-{uuid.uuid4()}"
+    first = put_value(saver, thread, "one")
+    late = make_saver(flush_interval=IDLE)
+    op = journal.flush_batch(late.engine.context)
+    request = next(op)
+    while getattr(request, "script", None) != "flush_ack":  # read the batch, commit it
+        request = op.send(late.engine.tiers().execute(request, _no_effect))
+    threading.Event().wait(0.3)
+    saver.flush(timeout=10)  # the batch, taken over and acknowledged
+    run = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    assert saver.get_tuple(run) is not None
+    child = empty_checkpoint()
+    child["channel_values"] = {"value": "two"}
+    child["channel_versions"] = {"value": saver.get_next_version(None, None)}
+    second = saver.put(first, child, {"source": "loop", "step": 1},
+                       dict(child["channel_versions"]))
+    with pytest.raises(StopIteration):  # the late acknowledgement
+        op.send(late.engine.tiers().execute(request, _no_effect))
+    reader = make_saver(flush_interval=IDLE)
+    newest = second["configurable"]["checkpoint_id"]
+    listed = [t.checkpoint["id"] for t in reader.list(run, limit=2)]
+    assert listed == [newest, first["configurable"]["checkpoint_id"]]
+    latest = reader.get_tuple(run)
+    assert latest is not None and latest.checkpoint["id"] == newest

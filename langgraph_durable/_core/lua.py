@@ -724,11 +724,14 @@ redis.call('INCRBY', KEYS[3], string.len(payload))
 return redis.call('XADD', KEYS[2], '*', 'd', payload)
 """
 
-# Every checkpoint of a thread that has unflushed entries, in GET's reply format.
+# Every checkpoint of a thread that has unflushed entries, in GET's reply format, after a
+# first element that is 1 when Redis holds all of them, 0 when some checkpoint with
+# unflushed entries has no hot copy (dropped, or expired while only writes wait): the
+# caller then drains the thread's entries and reads Postgres.
 # KEYS[1] the thread's unflushed hash  ARGV[1] thread key base
-# returns {{"hit", id, field, value, ..., "\0blobs", ...}, ...} with the namespace first
+# returns {complete, {ns, id, field, value, ..., "\0blobs", ...}, ...}
 LIST_UNFLUSHED_SCRIPT = """
-local out = {}
+local out = {1}
 for _, member in ipairs(redis.call('HKEYS', KEYS[1])) do
   local sep = string.find(member, ':', 1, true)
   local ns, id = string.sub(member, 1, sep - 1), string.sub(member, sep + 1)
@@ -750,6 +753,8 @@ for _, member in ipairs(redis.call('HKEYS', KEYS[1])) do
       end
     end
     out[#out + 1] = rec
+  else
+    out[1] = 0
   end
 end
 return out

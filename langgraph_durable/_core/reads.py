@@ -419,13 +419,20 @@ def list_checkpoints(
 
 
 def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
-    """The thread's checkpoints with entries the flusher has not moved yet, from Redis."""
+    """The thread's checkpoints with entries the flusher has not moved yet, from Redis.
+    When Redis lacks the hot copy of one of them (a flusher whose acknowledgement came
+    late dropped the thread's copy), the thread's entries are drained first, so Postgres,
+    read next, holds it."""
     keys = ctx.layout.thread(thread_id)
-    records = yield from try_hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
-    if records is None:
-        raise bypassed(thread_id)
+    while True:
+        reply = yield from try_hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
+        if reply is None:
+            raise bypassed(thread_id)
+        if int(reply[0]):
+            break
+        yield from journal.flush(ctx, timeout=None, thread_ids=[thread_id])
     out = []
-    for rec in records:
+    for rec in reply[1:]:
         where = Location(thread_id, unb64(rec[0]), None)
         record = HotRecord.parse([b"hit", *rec[1:]])
         try:

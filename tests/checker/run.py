@@ -24,7 +24,10 @@ Faults (the nemesis log names each with its slot and times):
 - ``redis_restart``: the private Redis SIGKILLed and restarted, in one of its persistence
   modes (write-through: AOF ``always``, ``everysec`` or none; write-behind: ``always`` or
   ``everysec``, as a Redis without persistence loses unflushed writes by design);
-- ``evict``: some of one thread's Redis keys deleted.
+- ``evict``: some of one thread's Redis keys deleted, as the eviction policy each write
+  mode supports may delete them: write-through any key (``allkeys-*``), write-behind only
+  keys with a TTL (``volatile-*``; `doctor` warns against ``allkeys-*`` there, as those
+  policies may evict writes not flushed yet, which write-behind keeps without a TTL).
 """
 
 from __future__ import annotations
@@ -241,6 +244,8 @@ class CheckerRun:
                 base = ThreadKeys(self.prefix, thread).base
                 pattern = base.replace("{", "[{]").replace("}", "[}]") + "*"
                 keys = list(client.scan_iter(match=pattern))
+                if self.mode == "behind":
+                    keys = [k for k in keys if client.pttl(k) > 0]
                 doomed = [k for k in keys if self.rng.random() < 0.5]
                 if doomed:
                     client.delete(*doomed)
