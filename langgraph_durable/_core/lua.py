@@ -247,8 +247,9 @@ if version > 0 then
   -- restarted) also lost the versions of any put that committed after this one; one that
   -- kept them knows of any newer put that landed
   local newest, tomb = held(KEYS[7], ARGV[13])
+  local marked = redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 1
   local fresh = ARGV[12] == 'h' and redis.call('ZSCORE', KEYS[1], ARGV[1])
-    and redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 1 and version >= newest
+    and marked and version >= newest
   if version < tomb then
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
@@ -256,8 +257,12 @@ if version > 0 then
   if not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
                     or redis.call('EXISTS', KEYS[2]) == 0) then
     -- nothing to join: Redis still learns the version, so a warm read before this commit
-    -- (a reader that missed after Redis lost the intent) is refused when it lands later
+    -- (a reader that missed after Redis lost the intent) is refused when it lands later.
+    -- Without the intent's mark, Redis lost the versions since the intent (a drop of the
+    -- thread, an eviction, a restart), a tombstone among them: the version stands in for
+    -- it, so writes to a checkpoint Redis does not hold go through Postgres, which knows
     raise_version(KEYS[7], ARGV[13], version)
+    if not marked then raise_version(KEYS[7], '*', version) end
     settle_versions(KEYS[7], ttl)
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
@@ -405,7 +410,13 @@ end
 if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
 local _, tomb = held(KEYS[7], ARGV[5])
 if version > 0 and version < tomb then done() return 0 end
-if version == 0 and tomb > 0 and redis.call('EXISTS', KEYS[5]) == 0 then return {'cold'} end
+-- writes for a checkpoint Redis does not hold, on a thread Redis dropped (its tombstone)
+-- or whose versions it lost (the tombstone with them): Postgres knows whether a delete
+-- removed that checkpoint, and refuses the writes then
+if version == 0 and redis.call('EXISTS', KEYS[5]) == 0
+   and (tomb > 0 or redis.call('EXISTS', KEYS[7]) == 0) then
+  return {'cold'}
+end
 for i = 7, 6 + 3 * n, 3 do
   if ARGV[i + 2] ~= 'r' then redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
   elseif version == 0 then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
