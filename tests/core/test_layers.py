@@ -213,3 +213,14 @@ def test_every_statement_constant_is_declared_on_statements() -> None:
     rendered = statements_module.Statements("s")
     assert all(hasattr(rendered, name) for name in constants)
 
+
+def test_every_statement_statements_renders_is_read_somewhere() -> None:
+    """No statement is rendered for nothing: each attribute of `Statements` is read by a
+    module of the package besides `_core/sql.py`."""
+    from langgraph_durable._core import sql as statements_module
+
+    sources = "\n".join(path.read_text() for path in PACKAGE.rglob("*.py")
+                        if path != PACKAGE / "_core" / "sql.py")
+    unread = [name for name in statements_module.STATEMENT_NAMES
+              if not re.search(rf"\.{name}\b", sources)]
+    assert unread == []
