@@ -43,7 +43,12 @@ from langgraph_durable._core.strict import default_serde
 from langgraph_durable._core.sweep_sql import RETENTION_MIGRATIONS
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import Retention, SaverConfig, WriteMode, seconds
-from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DurableError,
+    FlushTimeoutError,
+    TierUnavailableError,
+)
 from langgraph_durable.flusher import BackgroundFlusher
 from langgraph_durable.ledger import Ledger
 
@@ -226,7 +231,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
         Raises:
             TierUnavailableError: Redis or Postgres cannot be reached.
-            TimeoutError: ``timeout`` seconds passed first.
+            FlushTimeoutError: ``timeout`` seconds passed first (also a `TimeoutError`).
         """
         if not self._behind:
             return 0
@@ -257,7 +262,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             flusher.stop()
             try:
                 self.flush(timeout=seconds(self.config.pool_timeout))
-            except (TierUnavailableError, TimeoutError) as exc:
+            except (TierUnavailableError, FlushTimeoutError) as exc:
                 logger.warning(
                     "close: acknowledged writes left in Redis for a later flusher: %s", exc
                 )

@@ -40,7 +40,12 @@ from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWr
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
-from langgraph_durable.errors import ConfigurationError, TierUnavailableError, WriteRejectedError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    FlushTimeoutError,
+    TierUnavailableError,
+    WriteRejectedError,
+)
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -548,7 +553,7 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
         if not left:
             return moved
         if timeout is not None and time.monotonic() - started >= timeout:
-            raise TimeoutError(
+            raise FlushTimeoutError(
                 f"flush: entries up to {max(targets.values(), key=stream_order)} still "
                 f"unflushed after {timeout:.1f} s"
             )
