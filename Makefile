@@ -31,9 +31,12 @@ $(TOOLS_STAMP):
 
 $(STAMP): | $(TOOLS_STAMP)
 
+# `lint` and `test` first check that `_tiers/sync.py` is what `scripts/unasync.py` generates.
 test: $(STAMP)
-	$(PY) -m ruff check langgraph_durable tests benchmarks compat
+	$(PY) scripts/unasync.py --check
+	$(PY) -m ruff check langgraph_durable tests benchmarks compat scripts
 	$(PY) -m mypy
+	$(PY) -m mypy scripts
 	$(PY) -m pytest -q
 
 # The soaks. The simulation: SEEDS seeded interleavings with faults per write mode (`make
@@ -70,8 +73,10 @@ compat: $(COMPAT_VENV)/.installed
 	done; exit $$status
 
 lint: $(STAMP)
-	$(PY) -m ruff check langgraph_durable tests benchmarks compat
+	$(PY) scripts/unasync.py --check
+	$(PY) -m ruff check langgraph_durable tests benchmarks compat scripts
 	$(PY) -m mypy
+	$(PY) -m mypy scripts
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

@@ -52,15 +52,9 @@ from rich.text import Text
 
 from langgraph_durable import LedgerRecord
 from langgraph_durable._cli import actions, documents, queries, views
-from langgraph_durable._cli.probes import (
-    HotView,
-    hot_layout,
-    probe_postgres,
-    probe_redis,
-    redis_client,
-)
 from langgraph_durable._cli.target import Target, parse_duration
 from langgraph_durable._embedded.layout import DATA_DIR_ENV, default_data_dir
+from langgraph_durable._tiers.probes import HotView, hot_view, probe_postgres, probe_redis
 from langgraph_durable.config import Retention, mask_url
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -189,12 +183,8 @@ def _hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
         errors.print(f"[yellow]warning:[/] {escape(str(exc))}; Redis columns show '?'")
         yield None
         return
-    client = redis_client(saver.config.redis_url)
-    try:
-        yield HotView(client, hot_layout(client, saver.config.key_prefix,
-                                         saver.config.journal_shards))
-    finally:
-        client.close()
+    with hot_view(saver.config) as view:
+        yield view
 
 
 def _target(redis_url: str | None, postgres_url: str | None, schema: str, prefix: str,

@@ -78,6 +78,11 @@ class RefusedTypeError(SerializationError, ValueError):
         self.type_key = type_key
 
 
+class FlushTimeoutError(DurableError, TimeoutError):
+    """``flush(timeout=...)`` ran out of time before every write acknowledged before the
+    call was in Postgres; those writes are still in Redis, for a later flush."""
+
+
 class TierUnavailableError(DurableError):
     """A storage tier could not be reached; `__cause__` is the driver's error.
 

@@ -20,7 +20,7 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.sweep import sweep
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import seconds
-from langgraph_durable.errors import DurableError, TierUnavailableError
+from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -82,12 +82,16 @@ class BackgroundFlusher:
 
 class Sweeper:
     """Applies the saver's `Retention` every ``interval`` on a daemon thread (its own, so
-    a long sweep never holds up flushing) until stopped; the first sweep runs at once."""
+    a long sweep never holds up flushing) until stopped; the first sweep runs at once.
+
+    Raises:
+        ConfigurationError: the engine's saver has no retention policy.
+    """
 
     def __init__(self, engine: Engine) -> None:
         retention = engine.config.retention
         if retention is None:
-            raise ValueError("Sweeper needs a saver configured with a retention policy")
+            raise ConfigurationError("Sweeper needs a saver configured with a retention policy")
         self._engine = engine
         self._retention = retention
         self._stop = threading.Event()

@@ -12,7 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 from langgraph_durable._core import ledger as core
-from langgraph_durable._core.ledger import LedgerRecord, Outcome, Resolution
+from langgraph_durable._core.ledger import LedgerRecord as LedgerRecord
+from langgraph_durable._core.ledger import Outcome as Outcome  # the type `resolve` takes
+from langgraph_durable._core.ledger import Resolution
 from langgraph_durable._core.ledger.keys import derive_key
 from langgraph_durable._core.requests import Op
 from langgraph_durable._tiers.engine import Engine

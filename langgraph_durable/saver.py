@@ -41,10 +41,14 @@ from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._core.strict import default_serde
 from langgraph_durable._core.sweep_sql import RETENTION_MIGRATIONS
-from langgraph_durable._tiers.clients import Provided
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import Retention, SaverConfig, WriteMode, seconds
-from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    DurableError,
+    FlushTimeoutError,
+    TierUnavailableError,
+)
 from langgraph_durable.flusher import BackgroundFlusher
 from langgraph_durable.ledger import Ledger
 
@@ -119,11 +123,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
         apostgres_pool: psycopg_pool.AsyncConnectionPool[Any] | None = None,
         **options: Any,
     ) -> None:
-        provided = Provided(
-            redis=redis_client, aredis=aredis_client,
-            postgres=postgres_pool, apostgres=apostgres_pool,
-            redis_url=redis_url is not None or "LGD_REDIS_URL" in os.environ,
-            postgres_url=postgres_url is not None or "LGD_POSTGRES_URL" in os.environ)
+        redis_url_given = redis_url is not None or "LGD_REDIS_URL" in os.environ
+        postgres_url_given = postgres_url is not None or "LGD_POSTGRES_URL" in os.environ
         self.config = SaverConfig.from_env(
             redis_url=redis_url,
             postgres_url=postgres_url,
@@ -133,7 +134,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
             **options,
         )
         super().__init__(serde=default_serde(serde, self.config))
-        self.engine = Engine(self.config, self.serde, provided)
+        self.engine = Engine(self.config, self.serde, redis_client=redis_client,
+                             aredis_client=aredis_client, postgres_pool=postgres_pool,
+                             apostgres_pool=apostgres_pool, redis_url_given=redis_url_given,
+                             postgres_url_given=postgres_url_given)
         self._ctx = self.engine.context
         self._lock = threading.Lock()
         self._flusher: BackgroundFlusher | None = None
@@ -227,7 +231,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
         Raises:
             TierUnavailableError: Redis or Postgres cannot be reached.
-            TimeoutError: ``timeout`` seconds passed first.
+            FlushTimeoutError: ``timeout`` seconds passed first (also a `TimeoutError`).
         """
         if not self._behind:
             return 0
@@ -258,7 +262,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             flusher.stop()
             try:
                 self.flush(timeout=seconds(self.config.pool_timeout))
-            except (TierUnavailableError, TimeoutError) as exc:
+            except (TierUnavailableError, FlushTimeoutError) as exc:
                 logger.warning(
                     "close: acknowledged writes left in Redis for a later flusher: %s", exc
                 )

@@ -1,1 +1,1 @@
-"""Pieces of the ``langgraph-durable`` command line: probes, views and the demo."""
+"""Pieces of the ``langgraph-durable`` command line: queries, views, actions and the demo."""

@@ -12,8 +12,8 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_durable._core.ledger import LedgerRecord, Outcome
 from langgraph_durable.errors import ConfigurationError, DurableError, ToolCallError
+from langgraph_durable.ledger import LedgerRecord, Outcome
 from langgraph_durable.saver import DurableSaver
 
 

@@ -14,15 +14,14 @@ from rich.table import Table
 from rich.text import Text
 
 from langgraph_durable._cli.views import human_bytes
-from langgraph_durable._core import journal
-from langgraph_durable._core.journal import DeadLetter
+from langgraph_durable._tiers.engine import DeadLetter
 from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.saver import DurableSaver
 
 
 def letters(saver: DurableSaver, limit: int) -> list[DeadLetter]:
-    """The prefix's dead letters, at most ``limit`` (in `journal.dead_letters`' order)."""
-    return saver.engine.run(journal.dead_letters(saver.engine.context, limit))
+    """The prefix's dead letters, at most ``limit`` (in `Engine.dead_letters`' order)."""
+    return saver.engine.dead_letters(limit)
 
 
 def letters_table(found: Sequence[DeadLetter]) -> Table:
@@ -49,11 +48,7 @@ def resolve(saver: DurableSaver, letter_id: str, action: str) -> str:
     Raises:
         ConfigurationError: there is no such dead letter, or it cannot be retried.
     """
-    try:
-        engine = saver.engine
-        outcome = engine.run(journal.resolve_dead_letter(engine.context, letter_id, action))
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from exc
+    outcome = saver.engine.resolve_dead_letter(letter_id, action)
     if not outcome:
         raise ConfigurationError(
             f"no dead letter {letter_id!r} under prefix {saver.config.key_prefix!r}: "

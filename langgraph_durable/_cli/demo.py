@@ -47,7 +47,7 @@ from rich.table import Table
 from rich.text import Text
 
 from langgraph_durable._cli import queries, views
-from langgraph_durable._cli.probes import HotView, hot_layout, redis_client
+from langgraph_durable._tiers.probes import hot_view
 from langgraph_durable.config import mask_url
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
@@ -306,13 +306,8 @@ def run_demo(console: Console, target: Target, *, embedded_dir: Path | None,
 
 def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str,
            resumed_from: str, bank: Path, target: Target) -> bool:
-    client = redis_client(saver.config.redis_url)
-    try:
-        layout = hot_layout(client, saver.config.key_prefix, saver.config.journal_shards)
-        rows = queries.history_rows(saver, HotView(client, layout), thread_id,
-                                    checkpoint_ns=None, limit=None)
-    finally:
-        client.close()
+    with hot_view(saver.config) as view:
+        rows = queries.history_rows(saver, view, thread_id, checkpoint_ns=None, limit=None)
     console.print(views.history_table(f"history of thread {thread_id!r}", rows,
                                       {resumed_from: "◀ resumed from"}, compact=True,
                                       width=console.width))

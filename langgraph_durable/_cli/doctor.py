@@ -7,15 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
-from langgraph_durable._cli.probes import (
-    HotView,
-    RedisFacts,
-    hot_layout,
-    probe_postgres,
-    probe_redis,
-    redis_client,
-)
 from langgraph_durable._cli.views import Check
+from langgraph_durable._tiers.probes import RedisFacts, hot_view, probe_postgres, probe_redis
 from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 from langgraph_durable.saver import DurableSaver
@@ -79,14 +72,11 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
 
 
 def _journal_present(config: SaverConfig) -> bool:
-    client = redis_client(config.redis_url)
     try:
-        layout = hot_layout(client, config.key_prefix, config.journal_shards)
-        return HotView(client, layout).journal_present()
+        with hot_view(config) as view:
+            return view.journal_present()
     except redis.exceptions.RedisError:
         return False
-    finally:
-        client.close()
 
 
 def _persistence_checks(facts: RedisFacts, behind: str | None) -> list[Check]:

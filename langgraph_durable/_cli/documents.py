@@ -29,8 +29,8 @@ from langgraph_durable._cli.views import (
     pending_writes,
     state_values,
 )
-from langgraph_durable._core.journal import DeadLetter
-from langgraph_durable._core.ledger import LedgerRecord
+from langgraph_durable._tiers.engine import DeadLetter
+from langgraph_durable.ledger import LedgerRecord
 
 Document = dict[str, Any]
 REPR = "_repr"

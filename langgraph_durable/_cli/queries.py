@@ -9,9 +9,8 @@ import redis.exceptions
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
-from langgraph_durable._cli.probes import HotThread, HotView
 from langgraph_durable._cli.views import HistoryRow, ThreadRow, interrupts_of, moment
-from langgraph_durable._core.reads import contains
+from langgraph_durable._tiers.probes import HotThread, HotView
 from langgraph_durable.errors import ConfigurationError, DurableError
 from langgraph_durable.saver import DurableSaver
 
@@ -80,7 +79,7 @@ def _hot_matching(saver: DurableSaver, threads: dict[str, HotThread],
         for _, ns, cid in hot_thread.checkpoint_keys():
             tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                                     "checkpoint_id": cid}})
-            if tup is not None and contains(dict(tup.metadata), where):
+            if tup is not None and saver.engine.metadata_matches(tup.metadata, where):
                 matching.append(thread_id)
                 break
     return matching

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from langgraph_durable._cli.probes import journal_shards
+from langgraph_durable._tiers.probes import recorded_shards
 from langgraph_durable.config import Retention, SaverConfig
 from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.saver import DurableSaver
@@ -52,11 +52,11 @@ class Target:
 
     def saver(self) -> DurableSaver:
         """A saver on the target (not set up), with the journal shards the prefix
-        recorded unless set (see `probes.journal_shards`)."""
+        recorded unless set (see `probes.recorded_shards`)."""
         config = self.config()
         return DurableSaver(
             config.redis_url, config.postgres_url, schema=config.schema,
             key_prefix=config.key_prefix, write_mode=config.write_mode,
             pool_timeout=config.pool_timeout, retention=self.retention,
-            journal_shards=journal_shards(config),
+            journal_shards=recorded_shards(config),
         )

@@ -33,13 +33,23 @@ class FrameError(Exception):
     """A frame is truncated, of an unknown version, or fails its checksum."""
 
 
+def type_tag(type_: str) -> bytes:
+    """A serializer's type name as a frame stores it.
+
+    Raises:
+        ValueError: it is longer than a frame holds (127 bytes).
+    """
+    type_bytes = type_.encode()
+    if len(type_bytes) > _MAX_TYPE:
+        raise ValueError(f"serializer type tag too long: {type_!r}")
+    return type_bytes
+
+
 def frame_body(type_: str, payload: bytes, compress_above: int = 0) -> bytes:
     """``flags+len(type) | type | payload``: what a seal (`_core.seal`) protects. A payload
     longer than ``compress_above`` bytes (``0``: never) is stored zstd-compressed when
     that makes it smaller."""
-    type_bytes = type_.encode()
-    if len(type_bytes) > _MAX_TYPE:
-        raise ValueError(f"serializer type tag too long: {type_!r}")
+    type_bytes = type_tag(type_)
     flags = len(type_bytes)
     if 0 < compress_above < len(payload):
         packed = zstandard.ZstdCompressor(level=_LEVEL).compress(payload)

@@ -40,7 +40,12 @@ from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWr
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
-from langgraph_durable.errors import TierUnavailableError, WriteRejectedError
+from langgraph_durable.errors import (
+    ConfigurationError,
+    FlushTimeoutError,
+    TierUnavailableError,
+    WriteRejectedError,
+)
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -548,7 +553,7 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
         if not left:
             return moved
         if timeout is not None and time.monotonic() - started >= timeout:
-            raise TimeoutError(
+            raise FlushTimeoutError(
                 f"flush: entries up to {max(targets.values(), key=stream_order)} still "
                 f"unflushed after {timeout:.1f} s"
             )
@@ -612,7 +617,7 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
     rejected was fixed, e.g. a column widened); returns its new entry id. ``"drop"``:
     delete it for good; returns ``"dropped"``. Returns ``""`` if there is no such letter."""
     if action not in ("retry", "drop"):
-        raise ValueError(f"action must be 'retry' or 'drop', not {action!r}")
+        raise ConfigurationError(f"action must be 'retry' or 'drop', not {action!r}")
     layout = ctx.layout
     shard, stream_id = 0, letter_id
     if layout.sharded:
@@ -625,10 +630,11 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
         return ""
     letter = _dead_letter(ctx, raw[0], shard)
     if action == "retry" and letter.kind == "?":
-        raise ValueError(f"dead letter {letter_id} cannot be decoded; it can only be dropped")
+        raise ConfigurationError(
+            f"dead letter {letter_id} cannot be decoded; it can only be dropped")
     keys = layout.thread(letter.thread_id)
     if letter.kind != "?" and layout.shard(letter.thread_id) != shard:
-        raise ValueError(f"dead letter {letter_id} names a thread of another shard")
+        raise ConfigurationError(f"dead letter {letter_id} names a thread of another shard")
     # an undecodable letter names no thread (it can only be dropped)
     unflushed = (layout.nobody(shard) if letter.kind == "?" else keys).unflushed
     reply = yield Hot(

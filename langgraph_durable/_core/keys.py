@@ -118,6 +118,12 @@ def parse_write_field(field: str) -> tuple[str, int]:
     return task_id, int(idx)
 
 
+def thread_base(prefix: str, name: str, tag: str | None) -> str:
+    """What every key of the thread ``name`` (base64) starts with: its own hash tag, or its
+    shard's ``tag`` (see `Layout`)."""
+    return f"{prefix}:{{{name}}}" if tag is None else f"{prefix}:{{{tag}}}:{name}"
+
+
 class ThreadKeys:
     """The key names of one thread."""
 
@@ -125,8 +131,7 @@ class ThreadKeys:
 
     def __init__(self, prefix: str, thread_id: str, tag: str | None = None) -> None:
         self.thread_id = thread_id
-        name = b64(thread_id)
-        self._place(f"{prefix}:{{{name}}}" if tag is None else f"{prefix}:{{{tag}}}:{name}")
+        self._place(thread_base(prefix, b64(thread_id), tag))
 
     @classmethod
     def at(cls, base: str) -> ThreadKeys:
@@ -145,6 +150,17 @@ class ThreadKeys:
 
     def index(self, ns: str) -> str:
         return f"{self.base}:i:{b64(ns)}"
+
+    def index_namespace(self, key: str) -> str | None:
+        """The namespace whose `index` ``key`` is, or ``None`` if it is no index key of the
+        thread (``index("")`` is the part every index key starts with)."""
+        head = self.index("")
+        if not key.startswith(head):
+            return None
+        try:
+            return unb64(key[len(head):])
+        except ValueError:  # not base64 text: not one of our keys
+            return None
 
     def blobs(self, ns: str) -> str:
         return f"{self.base}:b:{b64(ns)}"
@@ -261,6 +277,23 @@ class Layout:
     def marks(self, k: int) -> str:
         """The highest stale mark applied to shard ``k``'s threads (see `hot.apply_marks`)."""
         return self._shard_key(k, "marks")
+
+    def registry_pattern(self) -> str:
+        """A ``SCAN`` ``MATCH`` pattern of every thread's registry key (`ThreadKeys.registry`);
+        it may match other keys too, which `registry_thread` tells apart."""
+        tag = None if self.tags is None else "*"
+        return ThreadKeys.at(thread_base(self.prefix, "*", tag)).registry
+
+    def registry_thread(self, key: str | bytes) -> str | None:
+        """The thread whose registry key ``key`` is in this layout, or ``None`` if it is
+        not one (another kind of key, another prefix, another shard's tag)."""
+        text = key.decode(errors="replace") if isinstance(key, bytes) else key
+        name = text.removesuffix(":k").rpartition(":")[2].strip("{}")
+        try:
+            thread_id = unb64(name)
+        except ValueError:  # not base64 text
+            return None
+        return thread_id if self.thread(thread_id).registry == text else None
 
     def layout_key(self) -> str:
         """Key recording how many shards the prefix uses (checked when clients open)."""

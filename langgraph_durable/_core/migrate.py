@@ -13,17 +13,18 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from langgraph_durable._core.requests import Cold, Op, Statement
-from langgraph_durable._core.sql import (
-    CREATE_MIGRATIONS_SQL,
-    CREATE_SCHEMA_SQL,
-    SETUP_LOCK_KEY,
-    Migration,
-    render,
-)
+from langgraph_durable._core.sql import SETUP_LOCK_KEY, Migration, render
 from langgraph_durable.errors import SchemaVersionError
 
 _LOCK = Statement(sql.SQL("SELECT pg_advisory_xact_lock(%(key)s)"), {"key": SETUP_LOCK_KEY})
 _APPLIED_SQL = "SELECT version FROM {schema}.lgd_migrations"
+_CREATE_SCHEMA_SQL = "CREATE SCHEMA IF NOT EXISTS {schema}"
+_CREATE_MIGRATIONS_SQL = """
+CREATE TABLE IF NOT EXISTS {schema}.lgd_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
 
 
 def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
@@ -31,8 +32,8 @@ def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
     yield Cold(
         (
             _LOCK,
-            Statement(render(CREATE_SCHEMA_SQL, schema), {}),
-            Statement(render(CREATE_MIGRATIONS_SQL, schema), {}),
+            Statement(render(_CREATE_SCHEMA_SQL, schema), {}),
+            Statement(render(_CREATE_MIGRATIONS_SQL, schema), {}),
         )
     )
     applied_rows = (

@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_durable._core.codec import FrameError, dumps_metadata, unstorable_json
+from langgraph_durable._core.codec import FrameError, dumps_metadata, type_tag, unstorable_json
 from langgraph_durable._core.keys import MAX_ID_BYTES, MAX_NAME_BYTES, blob_field, check_text
 from langgraph_durable._core.seal import Codec, blob_place, checkpoint_place, write_place
 from langgraph_durable._core.strict import StrictSerializer, TypeKey, named_types
@@ -136,6 +136,7 @@ def _serialize(
     """``value`` serialized; the types it rebuilds by name are added to ``types``."""
     try:
         typed = codec.dumps_typed(value)
+        type_tag(typed[0])  # a frame holds it (checked before anything is stored)
         if isinstance(codec.serde, StrictSerializer):
             types |= named_types(typed)
         return typed

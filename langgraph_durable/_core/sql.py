@@ -14,24 +14,13 @@ from psycopg import sql
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One schema step, applied once, in its own transaction, with its version recorded."""
+    """One schema step, applied once, in its own transaction, with its version recorded
+    (`migrate.setup`); so its ``sql`` must run inside a transaction (no ``CREATE INDEX
+    CONCURRENTLY``)."""
 
     version: int
     name: str
     sql: str
-    transactional: bool = True
-
-
-MIGRATIONS_TABLE = "lgd_migrations"
-
-CREATE_SCHEMA_SQL = "CREATE SCHEMA IF NOT EXISTS {schema}"
-
-CREATE_MIGRATIONS_SQL = """
-CREATE TABLE IF NOT EXISTS {schema}.lgd_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
 
 # Serializes concurrent setup() calls across processes (any 64-bit constant unique to us).
 SETUP_LOCK_KEY = 0x1D6E_D0AB_1E5E_7001
@@ -831,8 +820,6 @@ class Statements:
     copy_source_writes_sql: sql.SQL
     copy_thread_resealed_sql: sql.SQL
     copy_thread_sql: sql.SQL
-    create_migrations_sql: sql.SQL
-    create_schema_sql: sql.SQL
     delete_for_runs_sql: sql.SQL
     delete_orphan_blobs_sql: sql.SQL
     delete_threads_sql: sql.SQL

@@ -1,4 +1,8 @@
-"""Asyncio driver: redis.asyncio and a psycopg async pool. Mirror of `sync.py`."""
+"""Asyncio driver: redis.asyncio and a psycopg async pool.
+
+The blocking driver (`sync.py`) is generated from this file by `scripts/unasync.py`:
+edit this file, not `sync.py`.
+"""
 
 from __future__ import annotations
 

@@ -136,8 +136,10 @@ def for_loop(config: SaverConfig, provided: Provided) -> Clients[
     pool: LoopPool | psycopg_pool.AsyncConnectionPool[Any] | None = provided.apostgres
     _check_open(provided.apostgres, "apostgres_pool")
     if pool is None:
-        options = _postgres(config)
-        pool = LoopPool(config.postgres_url, name="langgraph_durable", **options)
+        options = _postgres(config)  # its min_size is the blocking pool's alone
+        pool = LoopPool(config.postgres_url, name="langgraph_durable",
+                        max_size=options["max_size"], timeout=options["timeout"],
+                        kwargs=options["kwargs"])
     aclient = (provided.aredis if provided.aredis is not None
                else redis_client(config, redis.asyncio))
     return Clients(aclient, pool,

@@ -20,10 +20,14 @@ from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mappi
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import psycopg_pool
+import redis
+import redis.asyncio
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core import inspection, migrate, ops
+from langgraph_durable._core import inspection, journal, migrate, ops, reads
 from langgraph_durable._core.context import Breaker, Context, MarkClock
+from langgraph_durable._core.journal import DeadLetter as DeadLetter  # `dead_letters`' type
 from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
@@ -41,10 +45,24 @@ class Engine:
     """Runs operations with the blocking (`run`) or the current event loop's (`arun`)
     clients. Safe to share between threads and event loops."""
 
-    def __init__(self, config: SaverConfig, serde: SerializerProtocol,
-                 provided: clients.Provided | None = None) -> None:
+    def __init__(self, config: SaverConfig, serde: SerializerProtocol, *,
+                 redis_client: redis.Redis | None = None,
+                 aredis_client: redis.asyncio.Redis | None = None,
+                 postgres_pool: psycopg_pool.ConnectionPool[Any] | None = None,
+                 apostgres_pool: psycopg_pool.AsyncConnectionPool[Any] | None = None,
+                 redis_url_given: bool = True, postgres_url_given: bool = True) -> None:
+        """The clients passed in serve their flavour as they are (never closed here);
+        the other flavour's are built from the tier's URL when one was given
+        (``*_url_given``), else using that flavour raises `ConfigurationError`.
+
+        Raises:
+            ConfigurationError: a client passed in is of the wrong kind.
+        """
         self.config = config
-        self.provided = provided or clients.Provided()
+        self.provided = clients.Provided(
+            redis=redis_client, aredis=aredis_client,
+            postgres=postgres_pool, apostgres=apostgres_pool,
+            redis_url=redis_url_given, postgres_url=postgres_url_given)
         # the one event loop async clients passed in serve (they are bound to it)
         self._provided_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self.context = Context(
@@ -267,6 +285,26 @@ class Engine:
         """Ids of a thread's checkpoints that contain ``fragment``."""
         return self.run(inspection.match_checkpoint(self.config.schema, thread_id,
                                                     checkpoint_ns, fragment))
+
+    @staticmethod
+    def metadata_matches(metadata: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+        """Whether checkpoint ``metadata`` contains ``where`` as a ``list`` filter (and
+        Postgres' ``jsonb @>``) decides it."""
+        return reads.contains(dict(metadata), dict(where))
+
+    def dead_letters(self, limit: int) -> list[DeadLetter]:
+        """The prefix's dead letters (write-behind journal entries Postgres rejected), at
+        most ``limit``."""
+        return self.run(journal.dead_letters(self.context, limit))
+
+    def resolve_dead_letter(self, letter_id: str, action: str) -> str:
+        """``action="retry"``: put a dead letter back on the journal; returns its new entry
+        id. ``"drop"``: delete it; returns ``"dropped"``. ``""``: there is no such letter.
+
+        Raises:
+            ConfigurationError: ``action`` is neither, or the letter cannot be retried.
+        """
+        return self.run(journal.resolve_dead_letter(self.context, letter_id, action))
 
 
 # Every engine of this process, renewed in a child after ``fork()`` (`Engine._forked`).

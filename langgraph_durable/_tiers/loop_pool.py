@@ -20,10 +20,12 @@ from psycopg.pq import TransactionStatus
 
 
 class LoopPool:
-    """The subset of `psycopg_pool.AsyncConnectionPool` the async driver uses."""
+    """The subset of `psycopg_pool.AsyncConnectionPool` the async driver uses. It takes
+    only the options it honours: no ``min_size`` (it keeps no connection open in advance)
+    and no ``open`` (there is nothing to start)."""
 
-    def __init__(self, conninfo: str, *, min_size: int, max_size: int, timeout: float,
-                 kwargs: dict[str, Any] | Callable[[], dict[str, Any]], open: bool = False,
+    def __init__(self, conninfo: str, *, max_size: int, timeout: float,
+                 kwargs: dict[str, Any] | Callable[[], dict[str, Any]],
                  name: str | None = None) -> None:
         self.conninfo = conninfo
         self.timeout = timeout

@@ -1,4 +1,10 @@
-"""Blocking driver: redis-py and a psycopg pool. Mirror of `aio.py`."""
+# Generated from aio.py by scripts/unasync.py: do not edit. Change aio.py, then run
+# `python scripts/unasync.py` (`make lint` and `make test` fail on a stale copy).
+"""Blocking driver: redis-py and a psycopg pool.
+
+Generated from the asyncio driver (`aio.py`) by `scripts/unasync.py`:
+edit that file, not this one.
+"""
 
 from __future__ import annotations
 

@@ -76,3 +76,35 @@ def test_a_recorded_layout_reads_back_as_the_layout_that_wrote_it() -> None:
     for junk in ("shards=0", "shards=x", "shards=257", "slots=4", ""):
         with pytest.raises(ConfigurationError, match="'app'"):
             Layout.from_description("app", junk)
+
+
+@pytest.mark.parametrize("layout", [Layout("app"), Layout("app", shards=4),
+                                    Layout("app", cluster=True)], ids=["node", "4", "cluster"])
+def test_a_registry_key_found_by_scan_names_its_thread(layout: Layout) -> None:
+    """`registry_pattern` matches every thread's registry key (as Redis' ``MATCH`` does)
+    and `registry_thread` reads the thread back; a key of another kind, prefix or shard,
+    or one that is not base64, names none."""
+    import fnmatch
+
+    keys = layout.thread("t/1:é")
+    assert fnmatch.fnmatchcase(keys.registry, layout.registry_pattern())
+    assert layout.registry_thread(keys.registry) == "t/1:é"
+    assert layout.registry_thread(keys.registry.encode()) == "t/1:é"
+    other = Layout("other", shards=layout.shards, cluster=layout.cluster)
+    not_registries = [keys.versions, keys.index("ns"), other.thread("t/1:é").registry,
+                      keys.registry.replace(keys.base, keys.base + "%"), "app:{.}:k"]
+    if layout.tags is not None:  # the thread's name under another shard's tag
+        tag = keys.base.split("{")[1].split("}")[0]
+        wrong = next(t for t in layout.tags if t != tag)
+        not_registries.append(keys.registry.replace(tag, wrong))
+    assert [layout.registry_thread(k) for k in not_registries] == [None] * len(not_registries)
+
+
+def test_an_index_key_names_its_namespace() -> None:
+    """`ThreadKeys.index_namespace` inverts `ThreadKeys.index`, and is ``None`` for the
+    thread's other keys."""
+    keys = Layout("app").thread("t1")
+    assert [keys.index_namespace(keys.index(ns)) for ns in ("", "a:b", "日本")] == [
+        "", "a:b", "日本"]
+    assert [keys.index_namespace(k) for k in (keys.blobs("a"), keys.registry,
+                                              keys.index("a") + "%")] == [None] * 3

@@ -1,33 +1,77 @@
-"""The package's parts import each other only in the allowed directions (DESIGN.md §5)."""
+"""The package's parts import each other only as docs/architecture.md says.
+
+The map is the table of that page (part, files, may use); these tests read it, so the page
+and the code cannot drift apart.
+"""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).parent.parent.parent / "langgraph_durable"
-BASE = ("langgraph_durable.errors", "langgraph_durable.config", "langgraph_durable.metrics")
-SHELL = ("langgraph_durable.__main__", "langgraph_durable.cli", "langgraph_durable._cli",
-         "langgraph_durable.embedded", "langgraph_durable._embedded")
+ROOT = Path(__file__).parent.parent.parent
+PACKAGE = ROOT / "langgraph_durable"
+MAP = ROOT / "docs" / "architecture.md"
 
 
-def _modules() -> dict[str, Path]:
+@dataclass(frozen=True)
+class Part:
+    name: str
+    files: tuple[str, ...]  # paths relative to the package; a folder ends with "/"
+    may_use: frozenset[str]
+
+    def holds(self, path: str) -> bool:
+        return any(path == f or (f.endswith("/") and path.startswith(f)) for f in self.files)
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def parts_of(page: str) -> dict[str, Part]:
+    """The parts of the table whose header is ``| part | files | owns | may use |``."""
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if _cells(line)[:1] == ["part"])
+    header = _cells(lines[start])
+    assert header == ["part", "files", "owns", "may use"], header
+    parts = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        row = dict(zip(header, _cells(line), strict=True))
+        uses = row["may use"]
+        parts[row["part"]] = Part(
+            row["part"], tuple(re.findall(r"`([^`]+)`", row["files"])),
+            frozenset() if uses == "—" else frozenset(u.strip() for u in uses.split(",")))
+    return parts
+
+
+@functools.cache
+def _modules() -> dict[str, str]:
+    """Every module of the package: dotted name -> path relative to the package."""
     modules = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path.relative_to(PACKAGE).as_posix()
     return modules
 
 
+@functools.cache
 def _imports() -> dict[str, set[str]]:
     """Every module's imports of the package (top level, lazy and TYPE_CHECKING alike)."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                    "langgraph_durable"):
+    for name, relative in modules.items():
+        for node in ast.walk(ast.parse((PACKAGE / relative).read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{relative}: a relative import the map cannot check"
+                if (node.module or "").split(".")[0] != "langgraph_durable":
+                    continue
                 assert node.module is not None
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
@@ -37,8 +81,95 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def _within(module: str, parts: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in parts)
+def placement(modules: Mapping[str, str], parts: Mapping[str, Part]) -> dict[str, list[str]]:
+    """Each module's parts (exactly one when the map is right)."""
+    return {module: [p.name for p in parts.values() if p.holds(path)]
+            for module, path in modules.items()}
+
+
+def wall_breaches(graph: Mapping[str, set[str]], part_of: Mapping[str, str],
+                  parts: Mapping[str, Part]) -> list[str]:
+    """``"a -> b (A may not use B)"`` for each import across parts the map does not allow."""
+    return sorted(
+        f"{module} -> {target} ({part_of[module]} may not use {part_of[target]})"
+        for module, targets in graph.items() for target in targets
+        if part_of[target] != part_of[module]
+        and part_of[target] not in parts[part_of[module]].may_use)
+
+
+def unused_rows(graph: Mapping[str, set[str]], part_of: Mapping[str, str],
+                parts: Mapping[str, Part]) -> list[str]:
+    """``"A -> B"`` for each dependency the map allows that no import makes."""
+    used = {(part_of[m], part_of[t]) for m, targets in graph.items() for t in targets}
+    return sorted(f"{p.name} -> {u}" for p in parts.values() for u in p.may_use
+                  if (p.name, u) not in used)
+
+
+def _real() -> tuple[dict[str, set[str]], dict[str, str], dict[str, Part]]:
+    parts = parts_of(MAP.read_text())
+    placed = placement(_modules(), parts)
+    return _imports(), {m: found[0] for m, found in placed.items() if len(found) == 1}, parts
+
+
+def test_the_map_names_existing_files_and_parts() -> None:
+    """Every path of the files column exists, and every "may use" names a part."""
+    parts = parts_of(MAP.read_text())
+    assert {"Face", "Engine", "Tiers", "Core", "Flusher", "Shell", "Base"} <= set(parts)
+    missing = [f for p in parts.values() for f in p.files if not (PACKAGE / f).exists()]
+    assert missing == []
+    assert [u for p in parts.values() for u in p.may_use if u not in parts] == []
+
+
+def test_every_module_belongs_to_exactly_one_part() -> None:
+    """No module is outside the map, and none is in two parts."""
+    placed = placement(_modules(), parts_of(MAP.read_text()))
+    assert {m: found for m, found in placed.items() if len(found) != 1} == {}
+
+
+def test_every_import_across_parts_is_one_the_map_allows() -> None:
+    """Each import of a module of another part follows a "may use" row of the map."""
+    graph, part_of, parts = _real()
+    assert set(part_of) == set(graph)
+    assert wall_breaches(graph, part_of, parts) == []
+
+
+def test_every_row_of_the_map_is_used() -> None:
+    """Each dependency the map allows is one some import makes (no stale permission)."""
+    assert unused_rows(*_real()) == []
+
+
+def test_a_forbidden_import_breaks_the_check() -> None:
+    """The check is not vacuous: the real graph with a planted import of the saver by the
+    core, and of the core by the CLI, reports both, and only them."""
+    graph, part_of, parts = _real()
+    planted = {module: set(targets) for module, targets in graph.items()}
+    planted["langgraph_durable._core.keys"].add("langgraph_durable.saver")
+    planted["langgraph_durable._cli.queries"].add("langgraph_durable._core.reads")
+    assert wall_breaches(planted, part_of, parts) == [
+        "langgraph_durable._cli.queries -> langgraph_durable._core.reads "
+        "(Shell may not use Core)",
+        "langgraph_durable._core.keys -> langgraph_durable.saver (Core may not use Face)",
+    ]
+
+
+def test_a_module_outside_the_map_or_in_two_parts_is_reported() -> None:
+    """A new module no row holds, and a file listed under two parts, are both caught."""
+    parts = parts_of(MAP.read_text())
+    modules = {**_modules(), "langgraph_durable._tiers.new": "_tiers/new.py"}
+    assert placement(modules, parts)["langgraph_durable._tiers.new"] == []
+    doubled = dict(parts)
+    doubled["Shell"] = Part("Shell", (*parts["Shell"].files, "_tiers/probes.py"),
+                            parts["Shell"].may_use)
+    assert placement(_modules(), doubled)["langgraph_durable._tiers.probes"] == [
+        "Engine", "Shell"]
+
+
+def test_a_stale_row_is_reported() -> None:
+    """A "may use" that no import needs any more is reported."""
+    graph, part_of, parts = _real()
+    widened = dict(parts)
+    widened["Core"] = Part("Core", parts["Core"].files, parts["Core"].may_use | {"Flusher"})
+    assert unused_rows(graph, part_of, widened) == ["Core -> Flusher"]
 
 
 def test_no_module_imports_itself_through_others() -> None:
@@ -58,22 +189,6 @@ def test_no_module_imports_itself_through_others() -> None:
 
     circles = [m for m in graph if reaches(m, m)]
     assert circles == []
-
-
-def test_core_imports_only_core_and_base() -> None:
-    """The sans-I/O core never imports the drivers, the engine, the public API or the CLI."""
-    graph = _imports()
-    bad = {m: sorted(d for d in deps if not _within(d, ("langgraph_durable._core", *BASE)))
-           for m, deps in graph.items() if _within(m, ("langgraph_durable._core",))}
-    assert {m: d for m, d in bad.items() if d} == {}
-
-
-def test_the_library_never_imports_the_shell() -> None:
-    """The public API, the engine and the drivers never import the CLI or embedded servers."""
-    graph = _imports()
-    library = [m for m in graph if not _within(m, SHELL)]
-    bad = {m: sorted(d for d in graph[m] if _within(d, SHELL)) for m in library}
-    assert {m: d for m, d in bad.items() if d} == {}
 
 
 def test_only_the_engine_and_the_saver_run_operations_by_private_hands() -> None:
@@ -97,3 +212,15 @@ def test_every_statement_constant_is_declared_on_statements() -> None:
     assert set(statements_module.STATEMENT_NAMES) == constants
     rendered = statements_module.Statements("s")
     assert all(hasattr(rendered, name) for name in constants)
+
+
+def test_every_statement_statements_renders_is_read_somewhere() -> None:
+    """No statement is rendered for nothing: each attribute of `Statements` is read by a
+    module of the package besides `_core/sql.py`."""
+    from langgraph_durable._core import sql as statements_module
+
+    sources = "\n".join(path.read_text() for path in PACKAGE.rglob("*.py")
+                        if path != PACKAGE / "_core" / "sql.py")
+    unread = [name for name in statements_module.STATEMENT_NAMES
+              if not re.search(rf"\.{name}\b", sources)]
+    assert unread == []

@@ -1,14 +1,17 @@
-"""What the CLI asks the servers directly: connectivity, versions, settings, hot keys.
+"""What the operator's tools (the CLI) ask the servers directly: connectivity, versions,
+settings, and a key prefix's threads in Redis.
 
 The saver's own operations go through its drivers; these probes open a short-lived
-connection of their own so that a wrong URL is reported at once, with the driver's own
-reason in one line, instead of after a connection pool's timeout.
+client of their own (short timeouts, no retries) so that a wrong URL is reported at once,
+with the driver's own reason in one line, instead of after a connection pool's timeout.
+Key names come from `_core.keys`, as everywhere else.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +19,7 @@ import psycopg
 import redis
 import redis.exceptions
 
-from langgraph_durable._core.keys import Layout, unb64
+from langgraph_durable._core.keys import Layout
 from langgraph_durable._tiers.clients import client_for_url
 from langgraph_durable._tiers.cluster import is_cluster
 from langgraph_durable.config import SaverConfig, mask_url
@@ -54,7 +57,7 @@ def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
     return str(row[0]) if row else "unknown"
 
 
-def redis_client(url: str, *, timeout: float = 2.0) -> Any:
+def _redis_client(url: str, *, timeout: float = 2.0) -> Any:
     """A client for probes (short timeouts, no retries): a cluster client when ``url``
     names a node of a Redis Cluster (its SCANs and pipelines then reach every primary),
     else a plain one; a Sentinel URL's reaches the current primary."""
@@ -71,7 +74,7 @@ def redis_client(url: str, *, timeout: float = 2.0) -> Any:
         url, socket_connect_timeout=timeout, socket_timeout=timeout)
 
 
-def recorded_layout(client: Any, prefix: str) -> Layout | None:
+def _recorded_layout(client: Any, prefix: str) -> Layout | None:
     """The key layout ``prefix`` recorded in Redis (`Layout.layout_key`, set by the first
     saver on it), or ``None`` if none did."""
     recorded = client.get(Layout(prefix).layout_key())
@@ -81,24 +84,24 @@ def recorded_layout(client: Any, prefix: str) -> Layout | None:
                                    cluster=isinstance(client, redis.RedisCluster))
 
 
-def hot_layout(client: Any, prefix: str, journal_shards: int | None) -> Layout:
-    """The key layout of ``prefix`` as seen through ``client`` (see `redis_client`): with
+def _hot_layout(client: Any, prefix: str, journal_shards: int | None) -> Layout:
+    """The key layout of ``prefix`` as seen through ``client`` (see `_redis_client`): with
     ``journal_shards`` when set, else with the shards the prefix recorded, so a command
     reads a prefix written with any ``journal_shards`` without being told."""
-    recorded = None if journal_shards is not None else recorded_layout(client, prefix)
+    recorded = None if journal_shards is not None else _recorded_layout(client, prefix)
     return recorded or Layout(prefix, shards=journal_shards,
                               cluster=isinstance(client, redis.RedisCluster))
 
 
-def journal_shards(config: SaverConfig) -> int | None:
+def recorded_shards(config: SaverConfig) -> int | None:
     """The journal shards of a command's saver: ``journal_shards`` when set, else those
-    ``key_prefix`` recorded (`hot_layout`); ``None`` (the default) when neither is known or
+    ``key_prefix`` recorded (`_hot_layout`); ``None`` (the default) when neither is known or
     Redis does not answer (the saver reports that)."""
     if config.journal_shards is not None:
         return config.journal_shards
-    client = redis_client(config.redis_url)
+    client = _redis_client(config.redis_url)
     try:
-        recorded = recorded_layout(client, config.key_prefix)
+        recorded = _recorded_layout(client, config.key_prefix)
     except redis.exceptions.RedisError:
         return None
     finally:
@@ -136,13 +139,13 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
     Raises:
         TierUnavailableError: the server cannot be reached; one line naming URL and reason.
     """
-    client = redis_client(url, timeout=timeout)
+    client = _redis_client(url, timeout=timeout)
     try:
         client.ping()
         info: dict[str, Any] = client.info("server")
         persistence: dict[str, Any] = client.info("persistence")
         config = _config_get(client, "appendonly", "appendfsync", "save", "maxmemory-policy")
-        if isinstance(client, redis.RedisCluster):  # (`redis_client` found a cluster)
+        if isinstance(client, redis.RedisCluster):  # (`_redis_client` found a cluster)
             config.update(_cluster_config(client))
     except redis.exceptions.RedisError as exc:
         raise TierUnavailableError(
@@ -225,31 +228,20 @@ class HotThread:
 
 class HotView:
     """Read-only look at a key prefix's threads in Redis (``SCAN``, never ``KEYS``; on a
-    cluster, every primary)."""
+    cluster, every primary); `hot_view` makes one."""
 
     def __init__(self, client: Any, layout: Layout) -> None:
         self.client = client
         self.layout = layout
-        prefix = re.escape(layout.prefix)
-        if layout.sharded:
-            self._registry_re = re.compile(rf"^{prefix}:\{{[^}}]*\}}:([A-Za-z0-9_-]*):k$")
-            self._pattern = f"{layout.prefix}:{{*}}:*:k"
-        else:
-            self._registry_re = re.compile(rf"^{prefix}:\{{([A-Za-z0-9_-]*)\}}:k$")
-            self._pattern = f"{layout.prefix}:{{*}}:k"
 
     def thread_ids(self, *, limit: int = 100_000) -> list[str]:
         """Every thread with a registry key under the prefix (at most ``limit``)."""
         found: list[str] = []
-        for key in self.client.scan_iter(match=self._pattern, count=1000):
-            text = key.decode() if isinstance(key, bytes) else str(key)
-            match = self._registry_re.match(text)
-            if match is None:
+        for key in self.client.scan_iter(match=self.layout.registry_pattern(), count=1000):
+            thread_id = self.layout.registry_thread(key)
+            if thread_id is None:  # not one of our keys after all
                 continue
-            try:
-                found.append(unb64(match.group(1)))
-            except ValueError:  # not one of our keys after all
-                continue
+            found.append(thread_id)
             if len(found) >= limit:
                 break
         return found
@@ -264,7 +256,7 @@ class HotView:
             pipe.hlen(keys.unflushed)
         replies = pipe.execute()
         result: dict[str, HotThread] = {}
-        index_keys: list[tuple[str, Any, str]] = []
+        index_keys: list[tuple[str, str, str]] = []
         for thread_id, keys, members, unflushed in zip(
                 ids, keyed, replies[0::2], replies[1::2], strict=True):
             if not members and not unflushed:
@@ -272,13 +264,14 @@ class HotView:
             result[thread_id] = HotThread(thread_id, keys=len(members), unflushed=int(unflushed))
             for member in members:
                 name = member.decode() if isinstance(member, bytes) else str(member)
-                if name.startswith(f"{keys.base}:i:"):
-                    index_keys.append((thread_id, keys, name))
+                namespace = keys.index_namespace(name)
+                if namespace is not None:
+                    index_keys.append((thread_id, namespace, name))
         for _, _, name in index_keys:
             pipe.zrange(name, 0, -1)
-        for (thread_id, keys, name), ids_in_index in zip(index_keys, pipe.execute(), strict=True):
+        for (thread_id, namespace, _), ids_in_index in zip(index_keys, pipe.execute(),
+                                                           strict=True):
             if ids_in_index:
-                namespace = unb64(name[len(f"{keys.base}:i:"):])
                 result[thread_id].checkpoints[namespace] = [
                     i.decode() if isinstance(i, bytes) else str(i) for i in ids_in_index
                 ]
@@ -289,3 +282,17 @@ class HotView:
         layout = self.layout
         return bool(self.client.exists(*(layout.journal(k) for k in range(layout.shards))))
 
+
+@contextmanager
+def hot_view(config: SaverConfig) -> Iterator[HotView]:
+    """A view of ``config.key_prefix`` in Redis (its key layout as `_hot_layout` finds
+    it), on a client of its own that is closed on exit.
+
+    Raises:
+        redis.exceptions.RedisError: Redis did not answer.
+    """
+    client = _redis_client(config.redis_url)
+    try:
+        yield HotView(client, _hot_layout(client, config.key_prefix, config.journal_shards))
+    finally:
+        client.close()
