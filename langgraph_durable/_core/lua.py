@@ -259,10 +259,10 @@ if version > 0 then
     -- nothing to join: Redis still learns the version, so a warm read before this commit
     -- (a reader that missed after Redis lost the intent) is refused when it lands later.
     -- Without the intent's mark, Redis lost the versions since the intent (a drop of the
-    -- thread, an eviction, a restart), a tombstone among them: the version stands in for
-    -- it, so writes to a checkpoint Redis does not hold go through Postgres, which knows
+    -- thread, an eviction, a restart), a tombstone among them: '#' says so, and sends
+    -- writes to a checkpoint Redis does not hold through Postgres, which knows
     raise_version(KEYS[7], ARGV[13], version)
-    if not marked then raise_version(KEYS[7], '*', version) end
+    if not marked then redis.call('HSET', KEYS[7], '#', 1) end
     settle_versions(KEYS[7], ttl)
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
@@ -411,10 +411,11 @@ if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {'cold'} end
 local _, tomb = held(KEYS[7], ARGV[5])
 if version > 0 and version < tomb then done() return 0 end
 -- writes for a checkpoint Redis does not hold, on a thread Redis dropped (its tombstone)
--- or whose versions it lost (the tombstone with them): Postgres knows whether a delete
--- removed that checkpoint, and refuses the writes then
+-- or whose versions it lost (the tombstone with them: '#', or no versions at all):
+-- Postgres knows whether a delete removed that checkpoint, and refuses the writes then
 if version == 0 and redis.call('EXISTS', KEYS[5]) == 0
-   and (tomb > 0 or redis.call('EXISTS', KEYS[7]) == 0) then
+   and (tomb > 0 or redis.call('EXISTS', KEYS[7]) == 0
+        or redis.call('HEXISTS', KEYS[7], '#') == 1) then
   return {'cold'}
 end
 for i = 7, 6 + 3 * n, 3 do
