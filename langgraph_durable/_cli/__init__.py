@@ -1,1 +1,2 @@
-"""Pieces of the ``langgraph-durable`` command line: probes, views and the demo."""
+"""Pieces of the ``langgraph-durable`` command line: the commands by group (`shell` holds
+what they share), probes, views and the demo."""

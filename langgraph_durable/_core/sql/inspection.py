@@ -86,7 +86,7 @@ LIMIT 10
 """
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class InspectionStatements(Rendered):
     """The operators' statements rendered for one schema."""
 

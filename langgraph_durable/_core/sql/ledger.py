@@ -346,7 +346,7 @@ ON CONFLICT (key) DO NOTHING
 """
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class LedgerStatements(Rendered):
     """The ledger's statements rendered for one schema."""
 

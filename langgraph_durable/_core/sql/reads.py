@@ -1,4 +1,5 @@
-"""Statements that read checkpoints: tuples (latest, by id, a list), delta chains, types."""
+"""Statements that read checkpoints: tuples (latest, by id, a list), delta chains, and
+whether one is stored."""
 
 from __future__ import annotations
 

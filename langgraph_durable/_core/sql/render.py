@@ -3,8 +3,8 @@
 A template is a string with a ``{schema}`` placeholder; `render` quotes the schema with
 ``psycopg.sql.Identifier`` (nothing user-supplied is ever formatted in). A statement set
 is a frozen, slotted dataclass deriving from `Rendered`: one ``sql.SQL`` field per
-statement, and ``TEMPLATES`` naming each field's template. Parameters are named
-(``%(thread_id)s``) so each statement documents its own inputs.
+statement, and ``TEMPLATES`` naming each field's template; sets compare by identity.
+Parameters are named (``%(thread_id)s``) so each statement documents its own inputs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def render(template: str, schema: str) -> sql.SQL:
     return sql.SQL(sql.SQL(template).format(schema=sql.Identifier(schema)).as_string(None))
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class Rendered:
     """A set of statements rendered for one schema: ``Set(schema)`` renders each field
     from its template in ``TEMPLATES`` (`tests/core/test_layers.py` checks that the fields

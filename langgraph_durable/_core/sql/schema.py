@@ -168,7 +168,7 @@ $lgd_apply$
 APPLY_ONCE_SQL = "SELECT pg_temp.lgd_apply_once() AS applied"
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class SchemaStatements(Rendered):
     """The statements of setup() rendered for one schema."""
 

@@ -25,7 +25,7 @@ _TEMPLATES = {
 }
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class Statements(Rendered):
     """Every statement of the cold tier rendered for one schema; each is declared here, so
     the type checker catches a misspelled name."""

@@ -119,7 +119,7 @@ SELECT ARRAY(SELECT thread_id FROM idle) AS threads,
 )
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class SweepStatements(Rendered):
     """The sweep's statements rendered for one schema."""
 

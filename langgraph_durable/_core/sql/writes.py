@@ -1,4 +1,5 @@
-"""Statements of write-through: a checkpoint, its writes, a deleted history, repairs."""
+"""Statements of write-through: a checkpoint, its writes, a deleted history, repairs, and
+the types stored values name."""
 
 from __future__ import annotations
 
