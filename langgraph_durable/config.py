@@ -334,6 +334,12 @@ class SaverConfig:
 
     def __post_init__(self) -> None:
         self._check_keys()
+        self._check_connection_options()
+        self._check_modes_and_names()
+        self._check_urls()
+        self._check_limits()
+
+    def _check_connection_options(self) -> None:
         if self.redis_credential_provider is not None and not callable(
                 getattr(self.redis_credential_provider, "get_credentials", None)):
             raise ConfigurationError(
@@ -353,6 +359,8 @@ class SaverConfig:
         if self.postgres_credentials is not None and not callable(self.postgres_credentials):
             raise ConfigurationError(
                 "postgres_credentials must be a callable returning libpq settings")
+
+    def _check_modes_and_names(self) -> None:
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise ConfigurationError("retention must be a Retention(...) or None")
         if self.compress_above < 0:
@@ -374,6 +382,8 @@ class SaverConfig:
             raise ConfigurationError(
                 f"schema must be a plain SQL identifier (letters, digits, '_'); got {self.schema!r}"
             )
+
+    def _check_urls(self) -> None:
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://", "valkey://",
                                           "redis+sentinel://", "rediss+sentinel://")):
             raise ConfigurationError(
@@ -387,6 +397,8 @@ class SaverConfig:
                 f"postgres_url must be a postgresql:// URL or libpq conninfo, "
                 f"got {mask_url(self.postgres_url)!r}"
             )
+
+    def _check_limits(self) -> None:
         for name in (
             "hot_ttl",
             "write_deadline",

@@ -36,11 +36,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core import hot, journal, migrate, ops
 from langgraph_durable._core.context import SweepReport
-from langgraph_durable._core.ledger.sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
+from langgraph_durable._core.sql.ledger import LEDGER_MIGRATIONS
+from langgraph_durable._core.sql.sweep import RETENTION_MIGRATIONS
 from langgraph_durable._core.strict import default_serde
-from langgraph_durable._core.sweep_sql import RETENTION_MIGRATIONS
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import Retention, SaverConfig, WriteMode, seconds
 from langgraph_durable.errors import (

@@ -550,6 +550,25 @@ def durable_tool(
     Raises:
         ConfigurationError: an option is invalid.
     """
+    options = _options(saver=saver, on_uncertain=on_uncertain, idempotent=idempotent,
+                       verify=verify, lease=lease, wait=wait, key=key, retry_on=retry_on,
+                       on_duplicate=on_duplicate, duplicate_window=duplicate_window)
+
+    def wrap(target: BaseTool | Callable[..., Any]) -> DurableTool:
+        if isinstance(target, DurableTool):
+            raise ConfigurationError(f"tool {target.name!r} is already durable")
+        inner = target if isinstance(target, BaseTool) else as_tool(target)
+        return DurableTool(inner, options)
+
+    return wrap if tool is None else wrap(tool)
+
+
+def _options(*, saver: DurableSaver | None, on_uncertain: core.OnUncertain | None,
+             idempotent: bool, verify: Verifier | None, lease: float | timedelta,
+             wait: float | timedelta | None, key: Callable[[Any], str] | None,
+             retry_on: RetryOn, on_duplicate: core.OnDuplicate,
+             duplicate_window: float | timedelta) -> _Options:
+    """`durable_tool`'s options, checked, and the ledger policy they make."""
     if on_uncertain not in (None, "raise", "retry", "interrupt"):
         raise ConfigurationError(f"on_uncertain must be 'raise', 'retry' or 'interrupt', "
                                  f"not {on_uncertain!r}")
@@ -562,7 +581,7 @@ def durable_tool(
         raise ConfigurationError("lease must be positive; wait and duplicate_window not negative")
     if not callable(retry_on) and not isinstance(retry_on, tuple):
         raise ConfigurationError("retry_on must be exception types or a predicate")
-    options = _Options(
+    return _Options(
         saver=saver,
         policy=core.Policy(
             lease=lease_s, wait=wait_s,
@@ -572,11 +591,3 @@ def durable_tool(
         ),
         verify=verify, key=key, retry_on=retry_on,
     )
-
-    def wrap(target: BaseTool | Callable[..., Any]) -> DurableTool:
-        if isinstance(target, DurableTool):
-            raise ConfigurationError(f"tool {target.name!r} is already durable")
-        inner = target if isinstance(target, BaseTool) else as_tool(target)
-        return DurableTool(inner, options)
-
-    return wrap if tool is None else wrap(tool)

@@ -15,8 +15,8 @@ import pytest
 from langgraph_durable import DurableSaver, ToolOutcomeUncertainError, durable_tool
 from langgraph_durable._core import ledger
 from langgraph_durable._core.ledger.keys import derive_key
-from langgraph_durable._core.ledger.sql import statements
 from langgraph_durable._core.requests import Cold
+from langgraph_durable._core.sql.ledger import statements
 from tests.conftest import POSTGRES_DATABASE, REDIS_URL, postgres_address
 from tests.faults import Proxy, lose_reply
 

@@ -4,7 +4,7 @@ queries, whatever the chain's length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -59,17 +59,7 @@ def delta_channel_history(
             fetch=True,
         )
     )[0]
-    remaining = set(channels)
-    walked: dict[str, list[str]] = {ch: [] for ch in channels}
-    seed_at: dict[str, str] = {}
-    for row in chain:
-        if not remaining:
-            break
-        for ch in remaining:
-            walked[ch].append(row["checkpoint_id"])
-        for ch in set(row["stored"] or []) & remaining:
-            seed_at[ch] = row["checkpoint_id"]
-            remaining.discard(ch)
+    walked, seed_at = _walk_chain(chain, channels)
     needed_ids = sorted({cid for ids in walked.values() for cid in ids})
     writes_rows = []
     if needed_ids:
@@ -95,6 +85,38 @@ def delta_channel_history(
                 ctx.codec, blob_place, where.thread_id, where.checkpoint_ns, ch, row["version"]
             )
             seeds[ch] = _load_cold(ctx, where, target, row["blob"], place, "blob", ch)
+    return _histories(ctx, where, channels, chain, walked, writes_rows, seeds)
+
+
+def _walk_chain(
+    chain: Sequence[Mapping[str, Any]], channels: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """For each channel, the checkpoints of the parent chain (nearest first) whose writes
+    it replays: down to the first that stores a value of it, which is its seed."""
+    remaining = set(channels)
+    walked: dict[str, list[str]] = {ch: [] for ch in channels}
+    seed_at: dict[str, str] = {}
+    for row in chain:
+        if not remaining:
+            break
+        for ch in remaining:
+            walked[ch].append(row["checkpoint_id"])
+        for ch in set(row["stored"] or []) & remaining:
+            seed_at[ch] = row["checkpoint_id"]
+            remaining.discard(ch)
+    return walked, seed_at
+
+
+def _histories(
+    ctx: Context,
+    where: Location,
+    channels: Sequence[str],
+    chain: Sequence[Mapping[str, Any]],
+    walked: Mapping[str, list[str]],
+    writes_rows: Sequence[dict[str, Any]],
+    seeds: Mapping[str, Any],
+) -> dict[str, DeltaChannelHistory]:
+    """Each channel's writes along its walked checkpoints, oldest first, and its seed."""
     order = {cid: depth for depth, cid in enumerate(r["checkpoint_id"] for r in chain)}
     result: dict[str, DeltaChannelHistory] = {}
     for ch in channels:

@@ -13,34 +13,32 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from langgraph_durable._core.requests import Cold, Op, Statement
-from langgraph_durable._core.sql import SETUP_LOCK_KEY, Migration, render
+from langgraph_durable._core.sql.render import render
+from langgraph_durable._core.sql.schema import (
+    APPLY_ONCE_TEMPLATE,
+    SETUP_LOCK_KEY,
+    Migration,
+    statements,
+)
 from langgraph_durable.errors import SchemaVersionError
-
-_LOCK = Statement(sql.SQL("SELECT pg_advisory_xact_lock(%(key)s)"), {"key": SETUP_LOCK_KEY})
-_APPLIED_SQL = "SELECT version FROM {schema}.lgd_migrations"
-_CREATE_SCHEMA_SQL = "CREATE SCHEMA IF NOT EXISTS {schema}"
-_CREATE_MIGRATIONS_SQL = """
-CREATE TABLE IF NOT EXISTS {schema}.lgd_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
 
 
 def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
     """Create the schema and apply every missing migration; return the versions applied."""
+    rendered = statements(schema)
+    lock = Statement(rendered.setup_lock, {"key": SETUP_LOCK_KEY})
     yield Cold(
         (
-            _LOCK,
-            Statement(render(_CREATE_SCHEMA_SQL, schema), {}),
-            Statement(render(_CREATE_MIGRATIONS_SQL, schema), {}),
+            lock,
+            Statement(rendered.create_schema, {}),
+            Statement(rendered.create_migrations, {}),
         )
     )
     applied_rows = (
         yield Cold(
             (
-                _LOCK,
-                Statement(render(_APPLIED_SQL, schema), {}, fetch=True),
+                lock,
+                Statement(rendered.applied, {}, fetch=True),
             )
         )
     )[1]
@@ -62,45 +60,26 @@ def setup(schema: str, migrations: Sequence[Migration]) -> Op[list[int]]:
     return done
 
 
-# One statement per migration: under the advisory lock, apply it and record its version
-# unless a concurrent setup() already did. A DO block cannot return rows, so a function in
-# the session's temporary schema (pg_temp) does the work.
-_APPLY_ONCE_SQL = """
-CREATE OR REPLACE FUNCTION pg_temp.lgd_apply_once() RETURNS boolean LANGUAGE plpgsql AS
-$lgd_apply$
-BEGIN
-  PERFORM pg_advisory_xact_lock({lock});
-  IF EXISTS (SELECT 1 FROM {schema}.lgd_migrations WHERE version = {version}) THEN
-    RETURN false;
-  END IF;
-  EXECUTE {body};
-  INSERT INTO {schema}.lgd_migrations (version, name) VALUES ({version}, {name});
-  RETURN true;
-END
-$lgd_apply$
-"""
-
-
 def _apply_once(schema: str, migration: Migration) -> tuple[sql.Composed, sql.SQL]:
-    return sql.SQL(_APPLY_ONCE_SQL).format(
+    return sql.SQL(APPLY_ONCE_TEMPLATE).format(
         lock=sql.Literal(SETUP_LOCK_KEY),
         schema=sql.Identifier(schema),
         version=sql.Literal(migration.version),
         name=sql.Literal(migration.name),
         body=sql.Literal(render(migration.sql, schema).as_string(None)),
-    ), sql.SQL("SELECT pg_temp.lgd_apply_once() AS applied")
+    ), statements(schema).apply_once
 
 
 def current_version(schema: str) -> Op[int]:
     """The newest applied migration (0 when the schema was never set up)."""
     rows = (
         yield Cold.one(
-            sql.SQL("SELECT to_regclass(%(table)s) IS NOT NULL AS present"),
+            statements(schema).migrations_present,
             {"table": f'"{schema}".lgd_migrations'},
             fetch=True,
         )
     )[0]
     if not rows[0]["present"]:
         return 0
-    versions = (yield Cold.one(render(_APPLIED_SQL, schema), {}, fetch=True))[0]
+    versions = (yield Cold.one(statements(schema).applied, {}, fetch=True))[0]
     return max((r["version"] for r in versions), default=0)

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from langgraph_durable._core.context import Context, SweepReport
 from langgraph_durable._core.hot import drop_many, release, try_hot
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
-from langgraph_durable._core.sweep_sql import statements
+from langgraph_durable._core.sql.sweep import statements
 from langgraph_durable._core.writes import (
     drain_journal,
     keep_set,

@@ -43,7 +43,6 @@ from langgraph_durable._core.keys import (
     blob_field,
     write_field,
 )
-from langgraph_durable._core.ledger.sql import statements as ledger_statements
 from langgraph_durable._core.records import (
     Location,
     StoredCheckpoint,
@@ -55,6 +54,7 @@ from langgraph_durable._core.records import (
 )
 from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
 from langgraph_durable._core.reseal import copy_statement
+from langgraph_durable._core.sql.ledger import statements as ledger_statements
 from langgraph_durable.errors import (
     ConfigurationError,
     ThreadConflictError,

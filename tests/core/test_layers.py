@@ -202,25 +202,79 @@ def test_only_the_engine_and_the_saver_run_operations_by_private_hands() -> None
     assert hits == []
 
 
-def test_every_statement_constant_is_declared_on_statements() -> None:
-    """`Statements` declares one typed attribute per ``*_SQL`` constant of `_core/sql.py`
-    (so the type checker knows every name), and renders exactly those."""
-    from langgraph_durable._core import sql as statements_module
+def _statement_sets() -> list[type]:
+    import importlib
+    import inspect
 
-    constants = {name.lower() for name in vars(statements_module)
-                 if name.endswith("_SQL") and isinstance(getattr(statements_module, name), str)}
-    assert set(statements_module.STATEMENT_NAMES) == constants
-    rendered = statements_module.Statements("s")
-    assert all(hasattr(rendered, name) for name in constants)
+    from langgraph_durable._core.sql.render import Rendered
+
+    sets = []
+    for path in sorted((PACKAGE / "_core" / "sql").glob("*.py")):
+        module = importlib.import_module(f"langgraph_durable._core.sql.{path.stem}")
+        sets += [cls for cls in vars(module).values() if inspect.isclass(cls)
+                 and issubclass(cls, Rendered) and cls is not Rendered
+                 and cls.__module__ == module.__name__]
+    return sets
 
 
-def test_every_statement_statements_renders_is_read_somewhere() -> None:
-    """No statement is rendered for nothing: each attribute of `Statements` is read by a
-    module of the package besides `_core/sql.py`."""
-    from langgraph_durable._core import sql as statements_module
+def test_every_statement_set_renders_exactly_its_declared_statements() -> None:
+    """Each statement set (`_core.sql.render.Rendered`) declares one typed field per
+    template it renders (so the type checker knows every name), and renders exactly those."""
+    from dataclasses import fields
+
+    sets = _statement_sets()
+    assert len(sets) >= 5
+    for cls in sets:
+        declared = {f.name for f in fields(cls)} - {"schema"}
+        assert declared == set(cls.TEMPLATES), cls.__name__
+        rendered = cls("s")
+        assert all("{schema}" not in getattr(rendered, name).as_string(None)
+                   for name in declared), cls.__name__
+
+
+def test_every_statement_constant_is_rendered_by_a_statement_set() -> None:
+    """Every ``*_SQL`` template of `_core/sql/` belongs to a statement set: none is left
+    unrendered, or rendered some other way."""
+    import importlib
+
+    templates = {id(t) for cls in _statement_sets() for t in cls.TEMPLATES.values()}
+    loose = []
+    for path in sorted((PACKAGE / "_core" / "sql").glob("*.py")):
+        module = importlib.import_module(f"langgraph_durable._core.sql.{path.stem}")
+        loose += [f"{path.stem}.{name}" for name, value in vars(module).items()
+                  if name.endswith("_SQL") and isinstance(value, str)
+                  and id(value) not in templates]
+    assert loose == []
+
+
+# Text that is SQL but lives outside `_core/sql/`: the embedded server's bootstrap
+# (the Shell's own connection, before any schema exists) and the operator probes.
+SQL_ELSEWHERE = {"_embedded/postgres.py", "_tiers/probes.py"}
+_SQL_TEXT = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP|SET) ")
+
+
+def test_sql_lives_in_the_statements_package() -> None:
+    """No string that reads as a statement sits outside `_core/sql/` (and the two modules
+    that talk to a server before there is a schema)."""
+    hits = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("_core/sql/") or rel in SQL_ELSEWHERE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and _SQL_TEXT.match(node.value)):
+                hits.append(f"{rel}:{node.lineno}")
+    assert hits == []
+
+
+def test_every_statement_a_set_renders_is_read_somewhere() -> None:
+    """No statement is rendered for nothing: each field of each statement set is read by a
+    module of the package outside `_core/sql/`."""
+    from dataclasses import fields
 
     sources = "\n".join(path.read_text() for path in PACKAGE.rglob("*.py")
-                        if path != PACKAGE / "_core" / "sql.py")
-    unread = [name for name in statements_module.STATEMENT_NAMES
-              if not re.search(rf"\.{name}\b", sources)]
+                        if not path.relative_to(PACKAGE).as_posix().startswith("_core/sql/"))
+    unread = [f"{cls.__name__}.{f.name}" for cls in _statement_sets() for f in fields(cls)
+              if f.name != "schema" and not re.search(rf"\.{f.name}\b", sources)]
     assert unread == []

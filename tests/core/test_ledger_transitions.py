@@ -16,8 +16,8 @@ import pytest
 
 from langgraph_durable._core import ledger
 from langgraph_durable._core.context import Context
-from langgraph_durable._core.ledger.sql import statements
 from langgraph_durable._core.ledger.values import decode_result, encode_result
+from langgraph_durable._core.sql.ledger import statements
 from langgraph_durable.errors import (
     IdempotencyConflictError,
     TierUnavailableError,

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from langgraph_durable._core import migrate
-from langgraph_durable._core.ledger.sql import LEDGER_MIGRATIONS
 from langgraph_durable._core.requests import Cold
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
-from langgraph_durable._core.sweep_sql import RETENTION_MIGRATIONS
+from langgraph_durable._core.sql.ledger import LEDGER_MIGRATIONS
+from langgraph_durable._core.sql.sweep import RETENTION_MIGRATIONS
 
 ALL = sorted(CORE_MIGRATIONS + LEDGER_MIGRATIONS + RETENTION_MIGRATIONS, key=lambda m: m.version)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.ledger.sql import statements as ledger_statements
+from langgraph_durable._core.sql.ledger import statements as ledger_statements
 from tests.core.script import Script, cold, empty_journal, hot, hot_down
 
 

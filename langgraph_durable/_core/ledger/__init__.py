@@ -2,7 +2,8 @@
 
 `model` (records, policy, effects) ← `values` (stored results, failures, verdicts) ←
 `records` (read, list, count, settle, heartbeat) ← `protocol` (one call's state machine);
-`keys` (call keys, argument fingerprints) and `sql` (statements, migration) stand alone.
+`keys` (call keys, argument fingerprints) stands alone; the statements and the migration
+are `_core.sql.ledger`'s.
 """
 
 from langgraph_durable._core.ledger.model import (

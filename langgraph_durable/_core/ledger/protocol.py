@@ -45,7 +45,6 @@ from langgraph_durable._core.ledger.model import (
     Verify,
 )
 from langgraph_durable._core.ledger.records import Seen, from_row, read, resolve
-from langgraph_durable._core.ledger.sql import statements
 from langgraph_durable._core.ledger.values import (
     encode_result,
     error_type,
@@ -53,6 +52,7 @@ from langgraph_durable._core.ledger.values import (
     rebuild_error,
 )
 from langgraph_durable._core.requests import Cold, Op, Pause
+from langgraph_durable._core.sql.ledger import statements
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import (
     ConfigurationError,

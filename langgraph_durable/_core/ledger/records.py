@@ -11,9 +11,9 @@ from typing import Any, get_args
 
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.ledger.model import LedgerRecord, Resolution, Status
-from langgraph_durable._core.ledger.sql import statements
 from langgraph_durable._core.ledger.values import decode_result, encode_result
 from langgraph_durable._core.requests import Cold, Op
+from langgraph_durable._core.sql.ledger import statements
 from langgraph_durable.errors import SerializationError, ToolCallError
 
 logger = logging.getLogger("langgraph_durable")

@@ -1,21 +1,24 @@
 """The statements of retention sweeps (`_core.sweep`), and the migration they need.
 
-Templates take a ``{schema}`` placeholder, rendered once per schema with
-``psycopg.sql.Identifier`` (`statements`); parameters are named. Every duration is
+Templates take a ``{schema}`` placeholder, rendered once per schema (`statements`);
+parameters are named. Every duration is
 compared with the database's clock (``now()``), never the caller's.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from psycopg import sql
 
-from langgraph_durable._core.ledger.sql import TABLE as LEDGER_TABLE
-from langgraph_durable._core.sql import Migration, render
+from langgraph_durable._core.sql.ledger import TABLE as LEDGER_TABLE
+from langgraph_durable._core.sql.render import Rendered
+from langgraph_durable._core.sql.schema import Migration
 
-# Versions are shared with `_core/sql.py` (1, 3) and the ledger's (2, 4).
+# Versions are shared with `_core/sql/schema.py` (1, 3) and the ledger's (2, 4).
 RETENTION_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         5,
@@ -116,18 +119,18 @@ SELECT ARRAY(SELECT thread_id FROM idle) AS threads,
 )
 
 
-@dataclass(frozen=True, slots=True)
-class SweepStatements:
+@dataclass(frozen=True, slots=True, init=False, eq=False)
+class SweepStatements(Rendered):
     """The sweep's statements rendered for one schema."""
+
+    TEMPLATES: ClassVar[Mapping[str, str]] = {
+        "batch": SWEEP_BATCH_SQL,
+        "delete_idle": SWEEP_DELETE_IDLE_SQL,
+    }
 
     batch: sql.SQL
     delete_idle: sql.SQL
 
 
-@functools.cache
-def statements(schema: str) -> SweepStatements:
-    """Every sweep statement rendered for ``schema`` (cached)."""
-    return SweepStatements(
-        batch=render(SWEEP_BATCH_SQL, schema),
-        delete_idle=render(SWEEP_DELETE_IDLE_SQL, schema),
-    )
+# Every statement rendered for a schema, once per schema.
+statements = functools.cache(SweepStatements)

@@ -1,7 +1,7 @@
 """Every SQL statement of the tool-call ledger, and its migration.
 
-Templates take a ``{schema}`` placeholder (rendered once per schema with
-``psycopg.sql.Identifier`` by `statements`); parameters are named. Times come from the
+Templates take a ``{schema}`` placeholder (rendered once per schema by `statements`);
+parameters are named. Times come from the
 database clock (``clock_timestamp()``), never the caller's, so leases mean the same thing
 on every host.
 
@@ -13,11 +13,14 @@ A derived key is ``"lgd-" + sha256(f"{n}:{thread}|{n}:{ns}|{n}:{ref}")[:40]`` wh
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from psycopg import sql
 
-from langgraph_durable._core.sql import Migration, render
+from langgraph_durable._core.sql.render import Rendered
+from langgraph_durable._core.sql.schema import Migration
 
 TABLE = "lgd_tool_calls"
 
@@ -343,9 +346,25 @@ ON CONFLICT (key) DO NOTHING
 """
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerStatements:
+@dataclass(frozen=True, slots=True, init=False, eq=False)
+class LedgerStatements(Rendered):
     """The ledger's statements rendered for one schema."""
+
+    TEMPLATES: ClassVar[Mapping[str, str]] = {
+        "claim": CLAIM_SQL,
+        "get": GET_SQL,
+        "list": LIST_SQL,
+        "count": COUNT_SQL,
+        "mark_uncertain": MARK_UNCERTAIN_SQL,
+        "reclaim": RECLAIM_SQL,
+        "finish": FINISH_SQL,
+        "replay_duplicate": REPLAY_DUPLICATE_SQL,
+        "resolve": RESOLVE_SQL,
+        "list_unsettled": LIST_UNSETTLED_SQL,
+        "heartbeat": HEARTBEAT_SQL,
+        "delete_threads": DELETE_THREADS_LEDGER_SQL,
+        "copy_thread": COPY_THREAD_LEDGER_SQL,
+    }
 
     claim: sql.SQL
     get: sql.SQL
@@ -362,21 +381,5 @@ class LedgerStatements:
     copy_thread: sql.SQL
 
 
-@functools.lru_cache(maxsize=64)
-def statements(schema: str) -> LedgerStatements:
-    """Every ledger statement rendered for ``schema`` (cached)."""
-    return LedgerStatements(
-        claim=render(CLAIM_SQL, schema),
-        get=render(GET_SQL, schema),
-        list=render(LIST_SQL, schema),
-        count=render(COUNT_SQL, schema),
-        mark_uncertain=render(MARK_UNCERTAIN_SQL, schema),
-        reclaim=render(RECLAIM_SQL, schema),
-        finish=render(FINISH_SQL, schema),
-        replay_duplicate=render(REPLAY_DUPLICATE_SQL, schema),
-        resolve=render(RESOLVE_SQL, schema),
-        list_unsettled=render(LIST_UNSETTLED_SQL, schema),
-        heartbeat=render(HEARTBEAT_SQL, schema),
-        delete_threads=render(DELETE_THREADS_LEDGER_SQL, schema),
-        copy_thread=render(COPY_THREAD_LEDGER_SQL, schema),
-    )
+# Every statement rendered for a schema, once per schema.
+statements = functools.lru_cache(maxsize=64)(LedgerStatements)
