@@ -156,7 +156,7 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
 
 # Every commit that changes a namespace takes a new version from one sequence, so versions
 # only grow, across deletes and copies too. Redis keeps the newest version it has seen of
-# each namespace and refuses an older copy (see `_core/lua.py`).
+# each namespace and refuses an older copy (see `_core/scripts/`).
 _NEXT_VERSION = "nextval('{schema}.lgd_version_seq')"
 
 # One tuple row per checkpoint: the checkpoint, its blobs and its pending writes, in a
