@@ -416,7 +416,7 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
         keys = ctx.layout.thread(row["thread_id"])
         raised += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
     acknowledgement = shard_calls.flush_ack(layout, shard, group=GROUP, ttl=ctx.ttl_ms,
-                                       entries=acked, rejected=refused, versions=raised)
+                                            entries=acked, rejected=refused, versions=raised)
     try:
         yield acknowledgement
     except TierUnavailableError:

@@ -5,10 +5,12 @@ position the header does not give, and the registry refuses a header that skips 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import langgraph_durable
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.scripts import shards, thread
@@ -121,3 +123,21 @@ def test_a_header_that_skips_a_position_does_not_load() -> None:
         _parse("bad", "", "-- KEYS[1] a\n-- ARGV[1] b\n-- ARGV[1] c\n")
     with pytest.raises(ValueError, match="twice"):
         _parse("bad", "", "-- KEYS[1] a\n-- ARGV[1] a\n")
+
+
+PACKAGE = Path(langgraph_durable.__file__).parent
+SCRIPT_CALL = re.compile(r'SCRIPTS\["(\w+)"\]')
+
+
+def test_each_script_has_one_builder_and_nothing_else_builds_a_call() -> None:
+    """A script's name appears once in the package's Python, in its builder; no other
+    module makes a `Hot` request by hand."""
+    named: list[str] = []
+    makers: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        named += SCRIPT_CALL.findall(text)
+        if re.search(r"\bHot\(", text):
+            makers.add(str(path.relative_to(PACKAGE)))
+    assert sorted(named) == sorted(SCRIPTS)
+    assert makers == {"_core/requests.py", "_core/scripts/registry.py"}

@@ -12,12 +12,18 @@ arguments by position and name, one per line, then its replies::
 
 A name written ``name...`` is a sequence of values laid out flat from that position on;
 the positions after it depend on its length. Numbered positions are checked when the
-scripts load: a header that skips or repeats one fails the import. Directives:
+scripts load: a header that skips or repeats one fails the import. Header lines of an
+included file count where the include stands (a write-behind script includes the write
+whose keys and arguments come first). Directives:
 
     --!include <file>   the text of ``includes/<file>`` here (``replies``: the `Reply`
                         codes, as Lua locals of the same names)
     --!replicated       with ``redis_replica_acks``, its effect must reach the replicas
-                        before the operation goes on (the drivers send ``WAIT`` after it)
+                        before the operation goes on (the drivers send ``WAIT`` after
+                        it): a write intent keeps readers off a copy a failover could
+                        leave behind, and a journal entry is the write itself until flushed
+
+Redis gets a script's code without its comment lines.
 
 `Script.call` lays out a call's keys and arguments in header order from their names, so a
 position is written once, in the header; the builders of `scripts.thread` and
@@ -29,7 +35,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -70,29 +76,33 @@ class Script:
     replicated: bool
     source: str = field(repr=False)
     sha: str = field(repr=False)
+    names: frozenset[str] = field(repr=False)  # of its keys and arguments
+    sequences: bool = field(repr=False)  # whether an argument is a sequence
 
-    def call(self, **values: Arg | Sequence[Arg]) -> Hot:
+    def call(self, **values: Any) -> Hot:
         """The request that runs this script with ``values`` (every key and argument of
         the header, by name; a sequence's values are laid out flat).
 
         Raises:
             TypeError: a name is missing or not in the header.
         """
-        wanted = set(self.keys) | {slot.name for slot in self.args}
-        if set(values) != wanted:
-            raise TypeError(f"{self.name} script: missing {sorted(wanted - set(values))}, "
-                            f"unknown {sorted(set(values) - wanted)}")
-        keys = [str(values[name]) for name in self.keys]
-        args: list[Arg] = []
-        for slot in self.args:
-            value = values[slot.name]
-            if isinstance(value, (str, bytes, int)) == slot.many:
-                raise TypeError(f"{self.name} script: {slot.name} is "
-                                f"{'a sequence' if slot.many else 'one value'}")
-            if isinstance(value, (str, bytes, int)):
-                args.append(value)
+        try:
+            keys = [values[name] for name in self.keys]
+            if not self.sequences:
+                args = [values[slot.name] for slot in self.args]
             else:
-                args.extend(value)
+                args = []
+                for slot in self.args:
+                    if slot.many:
+                        args.extend(values[slot.name])
+                    else:
+                        args.append(values[slot.name])
+        except KeyError:
+            missing = sorted(self.names - set(values))
+            raise TypeError(f"{self.name} script: no value for {missing}") from None
+        if len(values) != len(self.names):
+            unknown = sorted(set(values) - self.names)
+            raise TypeError(f"{self.name} script: {unknown} not in its header")
         return Hot(self, keys, args)
 
 
@@ -152,7 +162,8 @@ def _parse(name: str, text: str, source: str) -> Script:
     code = "".join(line for line in source.splitlines(keepends=True)
                    if not line.lstrip().startswith("--"))
     return Script(name, tuple(keys), tuple(args), "--!replicated" in text.splitlines(),
-                  code, hashlib.sha1(code.encode()).hexdigest())
+                  code, hashlib.sha1(code.encode()).hexdigest(), frozenset(names),
+                  any(slot.many for slot in args))
 
 
 def _load() -> dict[str, Script]:
