@@ -38,6 +38,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from langgraph_durable._core.requests import Hot
@@ -114,7 +115,7 @@ def _replies() -> str:
     return "".join(f"local {reply.name} = {reply.value}\n" for reply in Reply)
 
 
-def _expand(text: str, includes: Any, depth: int = 0) -> str:
+def _expand(text: str, includes: Traversable, depth: int = 0) -> str:
     """``text`` with each include directive replaced by the included text."""
     if depth > 4:
         raise ValueError("includes nest too deep")
