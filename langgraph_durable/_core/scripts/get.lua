@@ -31,7 +31,7 @@
 --         Entries of the thread's other namespaces do not change what Postgres holds for
 --         this one, so a subgraph's first read does not wait for its parent's entries)
 --       | {SAME, id} (the caller's copy is current)
---       | {HIT, id, field, value, ..., "\0blobs", blob field, frame, ...}
+--       | {HIT, id, field, value, ..., BLOBS, blob field, frame, ...}
 --!include prelude.lua
 --!include replies
 local TICKET_MS = 60000
@@ -45,7 +45,7 @@ local function record(key, id)
   if refs == nil then return nil end
   local out = {HIT, id}
   for i = 1, #h do out[#out + 1] = h[i] end
-  out[#out + 1] = '\0blobs'
+  out[#out + 1] = BLOBS
   local fields = cjson.decode(refs)
   if #fields > 0 then
     local values = redis.call('HMGET', KEYS[3], unpack(fields))

@@ -7,7 +7,8 @@
 -- ARGV[1] checkpoints   the thread's checkpoint key prefix
 -- ARGV[2] blobs         the thread's blob hash key prefix
 --
--- returns {{"<b64 ns>", id, field, value, ..., "\0blobs", blob field, frame, ...}, ...}
+-- returns {{"<b64 ns>", id, field, value, ..., BLOBS, blob field, frame, ...}, ...}
+--!include replies
 local out = {}
 for _, member in ipairs(redis.call('HKEYS', KEYS[1])) do
   local sep = string.find(member, ':', 1, true)
@@ -18,7 +19,7 @@ for _, member in ipairs(redis.call('HKEYS', KEYS[1])) do
   if refs ~= nil then
     local rec = {ns, id}
     for i = 1, #h do rec[#rec + 1] = h[i] end
-    rec[#rec + 1] = '\0blobs'
+    rec[#rec + 1] = BLOBS
     local fields = cjson.decode(refs)
     if #fields > 0 then
       local values = redis.call('HMGET', ARGV[2] .. ns, unpack(fields))

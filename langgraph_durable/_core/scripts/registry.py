@@ -47,8 +47,8 @@ Arg = str | bytes | int
 
 
 class Reply(enum.IntEnum):
-    """The first element of a script's reply, where Python tells replies apart (each
-    script's header says which it returns and what follows)."""
+    """The codes of the scripts' replies, where Python tells replies or their parts apart
+    (each script's header says which it returns, and where)."""
 
     HIT = 1  # the checkpoint, with its blobs and writes
     SAME = 2  # the caller's decoded copy is current
@@ -57,6 +57,7 @@ class Reply(enum.IntEnum):
     COLD = 5  # the write goes through Postgres
     CONFLICT = 6  # the write does not extend the namespace's head
     BACKLOG = 7  # the write-behind journal is full
+    BLOBS = 8  # in a checkpoint record: its blobs follow (its fields come before)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,6 @@ from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.scripts.registry import SCRIPTS, Arg, Reply
 from langgraph_durable.errors import TierUnavailableError
 
-_BLOBS = b"\x00blobs"  # in a record reply, between the checkpoint's fields and its blobs
-
 
 class Journal(NamedTuple):
     """Where a write-behind write's journal entry goes, and the entry."""
@@ -39,7 +37,7 @@ def _journal(journal: Journal, member: str) -> dict[str, Arg]:
 @dataclass(frozen=True, slots=True)
 class HotRecord:
     """One checkpoint as get.lua and list_unflushed.lua return it:
-    ``id, field, value, ..., "\\0blobs", blob field, frame, ...``."""
+    ``id, field, value, ..., BLOBS, blob field, frame, ...``."""
 
     checkpoint_id: str
     fields: dict[bytes, bytes]  # c (frame), m (metadata), p (parent), bk, v (version)
@@ -51,7 +49,7 @@ class HotRecord:
         fields: dict[bytes, bytes] = {}
         writes: list[StoredWrite] = []
         i = 1
-        while reply[i] != _BLOBS:
+        while reply[i] != Reply.BLOBS:
             name, value = reply[i], reply[i + 1]
             if name.startswith(b"w:"):
                 task_id, idx = parse_write_field(name.decode())
