@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from langgraph_durable._core.keys import ThreadKeys, parse_write_field
 from langgraph_durable._core.records import StoredWrite, unpack_write
@@ -15,7 +15,8 @@ from langgraph_durable._core.scripts.registry import SCRIPTS, Arg, Reply
 from langgraph_durable.errors import TierUnavailableError
 
 
-class Journal(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Journal:
     """Where a write-behind write's journal entry goes, and the entry."""
 
     key: str  # the shard's journal
