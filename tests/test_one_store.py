@@ -109,7 +109,7 @@ class Stepped:
 
 
 def _script(name: str) -> Any:
-    return lambda request: getattr(request, "script", None) == name
+    return lambda request: isinstance(request, Hot) and request.script.name == name
 
 
 def _put_op(saver: DurableSaver, parent: dict[str, Any], value: str) -> Any:

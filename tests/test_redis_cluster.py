@@ -23,7 +23,7 @@ from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableE
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.keys import key_slot
-from langgraph_durable._core.requests import Hot
+from langgraph_durable._core.scripts import thread as thread_calls
 from langgraph_durable._tiers import sync
 from langgraph_durable._tiers.common import told
 from langgraph_durable.cli import app
@@ -468,8 +468,7 @@ def test_a_request_built_before_redis_turned_out_to_be_a_cluster_is_not_sent(
     def intent() -> Generator[Any, Any, Exception | None]:
         first.open()  # meanwhile, the other driver learns that Redis is a cluster
         try:
-            yield Hot("intent", [keys.intents, keys.unflushed, keys.versions],
-                      ["token", 2**50, 0])
+            yield thread_calls.intent(keys, "token", 2**50, 0, "")
         except TierUnavailableError as exc:
             return exc
         return None

@@ -20,6 +20,8 @@ from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.records import encode_writes, locate
 from langgraph_durable._core.requests import Hot
+from langgraph_durable._core.scripts import shards
+from langgraph_durable._core.scripts.registry import SCRIPTS
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig
 from tests.conftest import POSTGRES_URL, REDIS_URL, aput_value, put_value
@@ -89,11 +91,11 @@ def test_a_server_that_lost_its_scripts_gets_the_source_of_an_update_sent_withou
 def _bad_update(layout: Layout) -> Hot:
     """A put script Redis refuses (its arguments are missing): a Lua error in the reply."""
     keys = layout.thread("refused")
-    return Hot("put", [keys.intents, keys.index("")], ["token"], wait=False)
+    return Hot(SCRIPTS["put"], [keys.intents, keys.index("")], ["token"], wait=False)
 
 
 def _probe(layout: Layout) -> Hot:
-    return Hot("marks", [layout.marks(0)], [""])
+    return shards.marks(layout, 0)
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])

@@ -13,7 +13,7 @@ such a write for at most that long.
 
 Every Postgres commit gives the namespaces it changes a new version (one sequence), and
 Redis keeps the newest version it has seen: a copy read before a change can never replace
-the copy the change produced (see `_core/lua.py`).
+the copy the change produced (see `_core/scripts/`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
+from langgraph_durable._core.scripts import shards, thread
 from langgraph_durable.config import mask_url
 from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
@@ -85,21 +86,12 @@ def announce(ctx: Context, keys: ThreadKeys, *, ns: str | None = None) -> Op[str
     """
     token = secrets.token_hex(16)
     member = "" if ns is None else keys.unflushed_member(ns, "")
-    dirty = yield from try_hot(
-        ctx,
-        Hot("intent", [keys.intents, keys.unflushed, keys.versions],
-            [token, ctx.deadline_ms, ctx.ttl_ms, member]),
-    )
+    dirty = yield from try_hot(ctx, thread.intent(keys, token, ctx.deadline_ms, ctx.ttl_ms, member))
     if dirty is None:
         return None
     if ns is not None and int(dirty):
         yield from journal.flush(ctx, timeout=None, thread_ids=[keys.thread_id])
     return token
-
-
-def release(keys: ThreadKeys, token: str) -> Hot:
-    """Clear a write intent (and its mark) that committed nothing, or a sweep's claim."""
-    return Hot("release", [keys.intents, keys.versions], [token])
 
 
 def stale_marks(ctx: Context, thread_ids: Sequence[str]) -> list[Statement]:
@@ -156,11 +148,7 @@ def drop_many(ctx: Context, dropped: Sequence[tuple[ThreadKeys, str]], tombstone
 def _drop_request(
     ctx: Context, keys: ThreadKeys, token: str, tombstone: int, *, only_flushed: bool
 ) -> Hot:
-    return Hot(
-        "drop_thread",
-        [keys.intents, keys.registry, keys.versions, keys.unflushed],
-        [token, tombstone, ctx.ttl_ms, "1" if only_flushed else ""],
-    )
+    return thread.drop_thread(keys, token, tombstone, ctx.ttl_ms, only_flushed=only_flushed)
 
 
 def apply_marks(ctx: Context) -> Op[int]:
@@ -177,14 +165,14 @@ def apply_marks(ctx: Context) -> Op[int]:
     `TierUnavailableError` when a tier cannot be reached; nothing is recorded as applied.
     """
     layout = ctx.layout
-    watermarks = [layout.marks(k) for k in range(layout.shards)]
     # Redis first: a process's first call then reaches Redis while its first Postgres
     # connection is still being made. A mark made between the two reads is newer than
     # `applied` and is applied now; marks Redis applied meanwhile are applied again
     # (dropping a hot copy twice is harmless).
     applied = [
         int(r or 0)
-        for r in (yield from journal.each_shard(ctx, [Hot("marks", [w], [""]) for w in watermarks]))
+        for r in (yield from journal.each_shard(
+            ctx, [shards.marks(layout, k) for k in range(layout.shards)]))
     ]
     newest = (yield Cold.one(ctx.statements.newest_mark_sql, {}, fetch=True))[0][0]["seq"]
     after = min(applied)
@@ -205,7 +193,8 @@ def apply_marks(ctx: Context) -> Op[int]:
                 yield _drop_request(ctx, keys, "", row["version"], only_flushed=False)
             dropped += 1
         after = max(r["seq"] for r in rows)
-        yield from journal.each_shard(ctx, [Hot("marks", [w], [after]) for w in watermarks])
+        yield from journal.each_shard(
+            ctx, [shards.marks(layout, k, after) for k in range(layout.shards)])
     if dropped:
         keep = 2 * ctx.ttl_ms / 1000 or 7 * 86400.0  # a copy older than that expired
         yield Cold.one(ctx.statements.forget_marks_sql, {"keep": keep})

@@ -38,6 +38,7 @@ from langgraph_durable._core.codec import FrameError
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
+from langgraph_durable._core.scripts import shards as shard_calls
 from langgraph_durable._core.seal import journal_place
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import (
@@ -384,19 +385,11 @@ def _acknowledge_late(ctx: Context) -> Op[None]:
 
 def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
     layout = ctx.layout
-    journal = layout.journal(shard)
     reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
-    raw = yield Hot(
-        "flush_read",
-        [journal],
-        [
-            GROUP,
-            consumer or ctx.consumer,
-            ctx.config.flush_batch,
-            reclaim_ms,
-            ctx.config.flush_batch_bytes,
-            reclaim_ms * FORGET_CONSUMER_AFTER,
-        ],
+    raw = yield shard_calls.flush_read(
+        layout, shard, group=GROUP, consumer=consumer or ctx.consumer,
+        count=ctx.config.flush_batch, reclaim=reclaim_ms, cap=ctx.config.flush_batch_bytes,
+        forget=reclaim_ms * FORGET_CONSUMER_AFTER,
     )
     if not raw:
         return 0
@@ -412,23 +405,23 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
             entries.append(Entry(entry_id, "?", "", "", "", [], 0))
     good = [e for e in entries if e.kind != "?"]
     versions = yield from _commit(ctx, good, rejected)
-    ack: list[str | bytes | int] = [GROUP, ctx.ttl_ms, len(entries), len(rejected)]
+    acked: list[str | bytes | int] = []
     for e in entries:
         keys = layout.nobody(shard) if e.kind == "?" else layout.thread(e.thread_id)
-        ack += [
+        acked += [
             e.id,
             keys.unflushed,
             keys.unflushed_member(e.ns, e.checkpoint_id),
             keys.registry,
             e.size,
         ]
-    for entry_id, reason in rejected:
-        ack += [entry_id, reason]
+    refused = [part for entry_id, reason in rejected for part in (entry_id, reason)]
+    raised: list[str | bytes | int] = []
     for row in versions:
         keys = ctx.layout.thread(row["thread_id"])
-        ack += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
-    acknowledgement = Hot("flush_ack", [journal, layout.dead(shard), layout.journal_bytes(shard)],
-                          ack)
+        raised += [keys.versions, keys.version_field(row["checkpoint_ns"]), row["version"]]
+    acknowledgement = shard_calls.flush_ack(layout, shard, group=GROUP, ttl=ctx.ttl_ms,
+                                            entries=acked, rejected=refused, versions=raised)
     try:
         yield acknowledgement
     except TierUnavailableError:
@@ -467,12 +460,7 @@ class JournalState:
 
 
 def _state_request(ctx: Context, shard: int) -> Hot:
-    layout = ctx.layout
-    return Hot(
-        "journal_state",
-        [layout.journal(shard), layout.journal_bytes(shard), layout.dead(shard)],
-        [],
-    )
+    return shard_calls.journal_state(ctx.layout, shard)
 
 
 def _states(ctx: Context, shards: Sequence[int]) -> Op[list[JournalState]]:
@@ -506,7 +494,7 @@ def probe_request(ctx: Context) -> Hot:
 def _leave_requests(ctx: Context, consumer: str, shards: Sequence[int]) -> list[Hot]:
     """Remove ``consumer`` from the groups of ``shards``, each unless it still holds
     entries there."""
-    return [Hot("journal_leave", [ctx.layout.journal(k)], [GROUP, consumer]) for k in shards]
+    return [shard_calls.journal_leave(ctx.layout, k, GROUP, consumer) for k in shards]
 
 
 def leave_request(ctx: Context, consumer: str | None = None) -> Hot | HotBatch:
@@ -604,7 +592,7 @@ def dead_letters(ctx: Context, limit: int = 1000) -> Op[list[DeadLetter]]:
     ``<shard>/<stream id>``."""
     layout = ctx.layout
     replies = yield from each_shard(
-        ctx, [Hot("dead_letters", [layout.dead(k)], ["-", limit]) for k in range(layout.shards)]
+        ctx, [shard_calls.dead_letters(layout, k, "-", limit) for k in range(layout.shards)]
     )
     letters = [
         _dead_letter(ctx, r, k) for k, reply in enumerate(replies) for r in reply or []
@@ -625,7 +613,7 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
         if not head.isdigit() or int(head) >= layout.shards:
             return ""
         shard = int(head)
-    raw = yield Hot("dead_letters", [layout.dead(shard)], [stream_id, 1])
+    raw = yield shard_calls.dead_letters(layout, shard, stream_id, 1)
     if not raw or raw[0][0].decode() != stream_id:
         return ""
     letter = _dead_letter(ctx, raw[0], shard)
@@ -637,9 +625,7 @@ def resolve_dead_letter(ctx: Context, letter_id: str, action: str) -> Op[str]:
         raise ConfigurationError(f"dead letter {letter_id} names a thread of another shard")
     # an undecodable letter names no thread (it can only be dropped)
     unflushed = (layout.nobody(shard) if letter.kind == "?" else keys).unflushed
-    reply = yield Hot(
-        "dead_letter",
-        [layout.dead(shard), layout.journal(shard), layout.journal_bytes(shard), unflushed],
-        [stream_id, action, keys.unflushed_member(letter.checkpoint_ns, letter.checkpoint_id)],
-    )
+    reply = yield shard_calls.dead_letter(
+        layout, shard, unflushed=unflushed, letter=stream_id, action=action,
+        member=keys.unflushed_member(letter.checkpoint_ns, letter.checkpoint_id))
     return bytes(reply).decode() if reply else ""

@@ -16,10 +16,10 @@ every key of a thread carries the thread's own tag, and the journal is one strea
                                                      of that checkpoint not yet in Postgres
     <prefix>:{<b64 thread>}:v                  HASH  "<b64 ns>" -> newest version of the
                                                      namespace seen; "*" -> tombstone;
-                                                     "!" -> warm ticket (see GET_SCRIPT);
+                                                     "!" -> warm ticket (see get.lua);
                                                      "^<token>" -> a write intent's mark;
                                                      "~<b64 ns>:" -> the namespace was
-                                                     read empty (KNOWN_EMPTY_SCRIPT)
+                                                     read empty (known_empty.lua)
     <prefix>:journal                           STREAM write-behind flush journal
     <prefix>:journal:bytes                     STRING payload bytes the journal holds
     <prefix>:dead                              STREAM journal entries Postgres rejected
@@ -127,7 +127,8 @@ def thread_base(prefix: str, name: str, tag: str | None) -> str:
 class ThreadKeys:
     """The key names of one thread."""
 
-    __slots__ = ("base", "intents", "registry", "thread_id", "unflushed", "versions")
+    __slots__ = ("base", "blob_hashes", "checkpoints", "intents", "registry", "thread_id",
+                 "unflushed", "versions")
 
     def __init__(self, prefix: str, thread_id: str, tag: str | None = None) -> None:
         self.thread_id = thread_id
@@ -147,6 +148,8 @@ class ThreadKeys:
         self.intents = f"{self.base}:in"
         self.unflushed = f"{self.base}:u"
         self.versions = f"{self.base}:v"
+        self.checkpoints = f"{self.base}:c:"  # + `unflushed_member`: a checkpoint's key
+        self.blob_hashes = f"{self.base}:b:"  # + "<b64 ns>": a namespace's blob hash
 
     def index(self, ns: str) -> str:
         return f"{self.base}:i:{b64(ns)}"
@@ -163,13 +166,13 @@ class ThreadKeys:
             return None
 
     def blobs(self, ns: str) -> str:
-        return f"{self.base}:b:{b64(ns)}"
+        return f"{self.blob_hashes}{b64(ns)}"
 
     def checkpoint_prefix(self, ns: str) -> str:
-        return f"{self.base}:c:{b64(ns)}:"
+        return f"{self.checkpoints}{b64(ns)}:"
 
     def checkpoint(self, ns: str, checkpoint_id: str) -> str:
-        return f"{self.base}:c:{b64(ns)}:{checkpoint_id}"
+        return self.checkpoints + self.unflushed_member(ns, checkpoint_id)
 
     @staticmethod
     def version_field(ns: str) -> str:

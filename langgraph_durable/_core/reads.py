@@ -9,7 +9,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -25,7 +24,6 @@ from langgraph_durable._core.hot import bypassed, try_hot
 from langgraph_durable._core.keys import (
     ThreadKeys,
     blob_field,
-    parse_write_field,
     unb64,
     write_field,
 )
@@ -38,44 +36,14 @@ from langgraph_durable._core.records import (
     corrupt,
     locate,
     pack_write,
-    unpack_write,
 )
 from langgraph_durable._core.requests import Cold, Hot, Op, Statement
+from langgraph_durable._core.scripts import thread
+from langgraph_durable._core.scripts.registry import Reply
+from langgraph_durable._core.scripts.thread import HotRecord
 
 logger = logging.getLogger("langgraph_durable")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class HotRecord:
-    """One checkpoint as the GET script returns it:
-    ``hit, id, field, value, ..., "\\0blobs", blob field, frame, ...``."""
-
-    checkpoint_id: str
-    fields: dict[bytes, bytes]  # c (frame), m (metadata), p (parent), bk, v (version)
-    writes: list[StoredWrite]
-    blobs: list[tuple[str, bytes]]  # ("<channel>\\0<version>", frame)
-
-    @classmethod
-    def parse(cls, reply: list[Any]) -> HotRecord:
-        fields: dict[bytes, bytes] = {}
-        writes: list[StoredWrite] = []
-        i = 2
-        while reply[i] != b"\x00blobs":
-            name, value = reply[i], reply[i + 1]
-            if name.startswith(b"w:"):
-                task_id, idx = parse_write_field(name.decode())
-                writes.append(unpack_write(task_id, idx, value))
-            else:
-                fields[name] = value
-            i += 2
-        blobs = [(reply[j].decode(), reply[j + 1]) for j in range(i + 1, len(reply), 2)]
-        return cls(reply[1].decode(), fields, writes, blobs)
-
-    @property
-    def version(self) -> str:
-        return self.fields.get(b"v", b"").decode()
-
 
 
 def _hot_tuple(ctx: Context, where: Location, record: HotRecord) -> CheckpointTuple:
@@ -167,9 +135,10 @@ def _repair_cold(
     keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     reply = yield from try_hot(ctx, _get(keys, ns, row["checkpoint_id"], 0))
-    if not reply or reply[0] != b"hit":
+    found = thread.found(reply) if reply else None
+    if found is None or found.reply is not Reply.HIT:
         return None
-    record = HotRecord.parse(reply)
+    record = found.record()
     try:
         good = _hot_tuple(ctx, where, record)
     except Damaged:
@@ -210,33 +179,16 @@ def _repair_cold(
 
 
 def _get(
-    keys: ThreadKeys,
-    ns: str,
-    checkpoint_id: str,
-    ttl_ms: int,
-    held: str = "",
+    keys: ThreadKeys, ns: str, checkpoint_id: str, ttl_ms: int, held: str = "",
     held_version: str = "",
 ) -> Hot:
-    return Hot(
-        "get",
-        [
-            keys.intents,
-            keys.index(ns),
-            keys.blobs(ns),
-            keys.registry,
-            keys.unflushed,
-            keys.versions,
-        ],
-        [
-            keys.checkpoint_prefix(ns),
-            checkpoint_id,
-            ttl_ms,
-            held,
-            held_version,
-            keys.unflushed_member(ns, ""),
-            new_version(),
-        ],
-    )
+    return thread.get(keys, ns, checkpoint_id, ttl_ms, new_version(), held, held_version)
+
+
+def _found(ctx: Context, request: Hot) -> Op[thread.Found | None]:
+    """Run a get.lua call; its parsed reply, or ``None`` when Redis is bypassed."""
+    reply = yield from try_hot(ctx, request)
+    return None if reply is None else thread.found(reply)
 
 
 def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
@@ -267,19 +219,19 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
-    reply = yield from try_hot(
+    reply = yield from _found(
         ctx, _get(keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
     )
-    if reply is not None and reply[0] == b"same":
+    if reply is not None and reply.reply is Reply.SAME:
         cached: CheckpointTuple | None = ctx.cache.load(
-            where.thread_id, ns, reply[1].decode(), held_version
+            where.thread_id, ns, reply.checkpoint_id, held_version
         )
         if cached is not None:
             return cached
-        reply = yield from try_hot(ctx, _get(keys, ns, reply[1].decode(), ctx.ttl_ms))
-    if reply is not None and reply[0] == b"hit":
+        reply = yield from _found(ctx, _get(keys, ns, reply.checkpoint_id, ctx.ttl_ms))
+    if reply is not None and reply.reply is Reply.HIT:
         try:
-            record = HotRecord.parse(reply)
+            record = reply.record()
             tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
         except Damaged as damage:
             logger.warning(
@@ -290,7 +242,7 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
             return tup
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
-    if reply is not None and reply[0] in (b"miss", b"busy") and int(reply[1]):
+    if reply is not None and reply.dirty:
         yield from journal.flush(ctx, timeout=None, thread_ids=[where.thread_id])
     if where.checkpoint_id is None:
         query, params = (
@@ -309,19 +261,17 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     rows = (yield Cold.one(query, params, fetch=True, binary=True))[0]
     if not rows:
         if ctx.config.write_mode == "behind" and where.checkpoint_id is None and (
-            reply is not None and reply[0] == b"miss"
+            reply is not None and reply.reply is Reply.MISS
         ):  # the run that reads this next writes a root: it may start the index in Redis
-            yield from try_hot(ctx, Hot(
-                "known_empty",
-                [keys.intents, keys.registry, keys.unflushed, keys.versions, keys.index(ns)],
-                [reply[2], keys.version_field(ns), keys.unflushed_member(ns, "")],
-            ))
+            yield from try_hot(ctx, thread.known_empty(keys, ns, reply.ticket))
         return None
     row = rows[0]
     tup = yield from _cold_tuple(ctx, row)
-    if reply is not None and reply[0] in (b"miss", b"busy") and where.checkpoint_id is None:
-        yield from _warm(ctx, keys, row, "head", reply[2])
-    elif reply is not None and reply[0] == b"hit":  # a damaged hot copy: repair it
+    if reply is not None and reply.reply in (Reply.MISS, Reply.BUSY) and (
+        where.checkpoint_id is None
+    ):
+        yield from _warm(ctx, keys, row, "head", reply.ticket)
+    elif reply is not None and reply.reply is Reply.HIT:  # a damaged hot copy: repair it
         yield from _warm(ctx, keys, row, "repair", b"")
     return tup
 
@@ -330,7 +280,7 @@ def _warm(
     ctx: Context, keys: ThreadKeys, row: dict[str, Any], mode: str, ticket: bytes
 ) -> Op[None]:
     """Load the row into Redis; `ticket` is the one the read's miss was handed (see
-    GET_SCRIPT): a Redis that lost it since refuses the warm."""
+    get.lua): a Redis that lost it since refuses the warm."""
     ns = row["checkpoint_ns"]
     blobs, writes = _row_parts(row)
     refs: list[str] = []
@@ -342,37 +292,13 @@ def _warm(
     write_args: list[str | bytes] = ["v", new_version()]
     for w in writes:
         write_args += [write_field(w.task_id, w.idx), pack_write(w)]
-    yield from try_hot(
-        ctx,
-        Hot(
-            "warm",
-            [
-                keys.intents,
-                keys.index(ns),
-                keys.blobs(ns),
-                keys.checkpoint(ns, row["checkpoint_id"]),
-                keys.registry,
-                keys.unflushed,
-                keys.versions,
-            ],
-            [
-                int(time.time() * 1000),
-                ctx.ttl_ms,
-                row["checkpoint_id"],
-                row["checkpoint"],
-                row["metadata"],
-                row["parent_checkpoint_id"] or "",
-                json.dumps(refs),
-                row["version"] or 0,
-                keys.version_field(ns),
-                mode,
-                len(blobs),
-                ticket,
-                *blob_args,
-                *write_args,
-            ],
-        ),
-    )
+    yield from try_hot(ctx, thread.warm(
+        keys, ns, checkpoint_id=row["checkpoint_id"], now=int(time.time() * 1000),
+        ttl=ctx.ttl_ms, frame=row["checkpoint"], metadata=row["metadata"],
+        parent=row["parent_checkpoint_id"] or "", refs=json.dumps(refs),
+        version=row["version"] or 0, mode=mode, ticket=ticket, blob_pairs=blob_args,
+        fields=write_args,
+    ))
 
 
 def list_checkpoints(
@@ -425,16 +351,16 @@ def _unflushed(ctx: Context, thread_id: str) -> Op[list[CheckpointTuple]]:
     read next, holds it."""
     keys = ctx.layout.thread(thread_id)
     while True:
-        reply = yield from try_hot(ctx, Hot("list_unflushed", [keys.unflushed], [keys.base]))
+        reply = yield from try_hot(ctx, thread.list_unflushed(keys))
         if reply is None:
             raise bypassed(thread_id)
-        if int(reply[0]):
+        complete, records = thread.unflushed_records(reply)
+        if complete:
             break
         yield from journal.flush(ctx, timeout=None, thread_ids=[thread_id])
     out = []
-    for rec in reply[1:]:
-        where = Location(thread_id, unb64(rec[0]), None)
-        record = HotRecord.parse([b"hit", *rec[1:]])
+    for ns, record in records:
+        where = Location(thread_id, unb64(ns), None)
         try:
             out.append((yield from _decoded(ctx, partial(_hot_tuple, ctx, where, record))))
         except Damaged as damage:

@@ -10,37 +10,30 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from psycopg import sql
 
 T = TypeVar("T")
-ScriptName = Literal[
-    "get",
-    "intent",
-    "fence",
-    "put",
-    "put_writes",
-    "warm",
-    "known_empty",
-    "drop_thread",
-    "put_behind",
-    "put_writes_behind",
-    "flush_read",
-    "flush_ack",
-    "journal_state",
-    "list_unflushed",
-    "marks",
-    "release",
-    "journal_leave",
-    "dead_letters",
-    "dead_letter",
-]
+
+
+class Script(Protocol):
+    """What a driver needs of a Lua script (`scripts.registry.Script`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def sha(self) -> str: ...  # SHA1 of the source, for EVALSHA
+    @property
+    def replicated(self) -> bool: ...  # followed by WAIT with redis_replica_acks
 
 
 @dataclass(frozen=True, slots=True)
 class Hot:
-    """Run one Lua script on the hot tier.
+    """Run one Lua script on the hot tier (built by the script's builder, see
+    `scripts.registry`).
 
     With ``wait`` false the driver sends the script and goes on: the operation gets
     ``None`` at once, and the reply is read before the connection's next use (a failure is
@@ -49,7 +42,7 @@ class Hot:
     the commit, whose intent keeps readers on Postgres until it lands.
     """
 
-    script: ScriptName
+    script: Script
     keys: Sequence[str]
     args: Sequence[str | bytes | int]
     wait: bool = True

@@ -4,7 +4,7 @@ A sweep drains the write-behind journal, then walks the threads in id order, a b
 time (`Retention.batch`), each batch a few short transactions:
 
 1. One read says of each thread of the batch whether it is idle, aged or too long.
-2. Each thread to change is claimed in Redis (`FENCE_SCRIPT`): an intent, taken only when
+2. Each thread to change is claimed in Redis (fence.lua): an intent, taken only when
    no live writer holds one and no write-behind entry of it waits for a flush; a busy
    thread is left for the next sweep. While the claim is held, readers go to Postgres and
    write-behind writers write through Postgres, so the Postgres row locks order them with
@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from langgraph_durable._core.context import Context, SweepReport
-from langgraph_durable._core.hot import drop_many, release, try_hot
-from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
+from langgraph_durable._core.hot import drop_many, try_hot
+from langgraph_durable._core.requests import Cold, HotBatch, Op, Statement
+from langgraph_durable._core.scripts.thread import fence, release
 from langgraph_durable._core.sql.sweep import statements
 from langgraph_durable._core.writes import (
     drain_journal,
@@ -120,7 +121,7 @@ def _claim(ctx: Context, thread_ids: Sequence[str], report: SweepReport) -> Op[d
     fences = []
     for thread_id, token in tokens.items():
         keys = ctx.layout.thread(thread_id)
-        fences.append(Hot("fence", [keys.intents, keys.unflushed], [token, deadline, now_ms]))
+        fences.append(fence(keys, token, deadline, now_ms))
     got = yield from try_hot(ctx, HotBatch(tuple(fences)))
     if got is None:  # some may have been taken: they expire with the deadline
         raise _needs_redis()

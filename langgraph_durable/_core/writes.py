@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -29,7 +29,6 @@ from langgraph_durable._core.hot import (
     commit,
     drop,
     hot_failed,
-    release,
     stale_marks,
     try_hot,
 )
@@ -52,8 +51,11 @@ from langgraph_durable._core.records import (
     locate,
     pack_write,
 )
-from langgraph_durable._core.requests import Cold, Hot, Op, ScriptName, Statement
+from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 from langgraph_durable._core.reseal import copy_statement
+from langgraph_durable._core.scripts import thread as scripts
+from langgraph_durable._core.scripts.registry import Reply
+from langgraph_durable._core.scripts.thread import Journal, release
 from langgraph_durable._core.sql.ledger import statements as ledger_statements
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -64,8 +66,6 @@ from langgraph_durable.errors import (
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
-# (journal key, its byte counter key, entry payload, entry bound, byte bound)
-Journal = tuple[str, str, bytes, int, int]
 # (token, ttl, the committed row or None, journal) -> the hot script call
 HotCall = Callable[[str, int, dict[str, Any] | None, Journal | None], Hot]
 
@@ -124,7 +124,7 @@ def _write(
     if behind:
         layout = ctx.layout
         shard = layout.shard(where.thread_id)
-        journal_entry = (  # the bounds are split evenly over the shards
+        journal_entry = Journal(  # the bounds are split evenly over the shards
             layout.journal(shard),
             layout.journal_bytes(shard),
             entry(),
@@ -134,10 +134,11 @@ def _write(
         reply = yield from try_hot(ctx, hot("", -1, None, journal_entry))
         if reply is None:
             raise bypassed(where.thread_id)
-        if not isinstance(reply, list):
+        refused = scripts.refusal(reply, journal_entry)
+        if refused is None:
             return None  # journaled
-        if reply[0] == b"conflict":
-            yield from _conflict(ctx, where, where.checkpoint_id, reply[1].decode())
+        if refused[0] is Reply.CONFLICT:
+            yield from _conflict(ctx, where, where.checkpoint_id, refused[1])
         # "cold": through Postgres below (the intent tells whether to drain first)
     token = yield from announce(ctx, keys, ns=where.checkpoint_ns)
     if token is None and behind:
@@ -248,51 +249,15 @@ def _put_hot(
         version, head = 0, "1" if cas else "0"
     else:  # write-through, after the commit
         version, head = int(row["version"]), "h" if row["head"] == stored.checkpoint_id else "0"
-    hot_keys = [
-        keys.intents,
-        keys.index(ns),
-        keys.blobs(ns),
-        keys.checkpoint(ns, stored.checkpoint_id),
-        keys.registry,
-        keys.unflushed,
-        keys.versions,
-    ]
-    args: list[str | bytes | int] = [
-        token,
-        ttl,
-        stored.checkpoint_id,
-        stored.frame,
-        stored.metadata,
-        stored.parent_id or "",
-        json.dumps(stored.refs),
-        keep,
-        keys.unflushed_member(ns, ""),
-        new_version(),
-        version,
-        head,
-        keys.version_field(ns),
-        len(stored.blobs),
-    ]
+    blob_pairs: list[str | bytes] = []
     for channel, version_, frame in stored.blobs:
-        args += [blob_field(channel, version_), frame]
-    member = keys.unflushed_member(ns, stored.checkpoint_id)
-    return _hot_call("put", hot_keys, args, member, journal)
-
-
-def _hot_call(
-    script: Literal["put", "put_writes"],
-    keys: list[str],
-    args: list[str | bytes | int],
-    member: str,
-    journal: Journal | None,
-) -> Hot:
-    """A hot write: the write-through script, or its write-behind twin with the journal's
-    keys and the entry's payload, unflushed member and bounds after ``args``."""
-    if journal is None:
-        return Hot(script, keys, args)
-    key, bytes_key, payload, bound, byte_bound = journal
-    behind: ScriptName = "put_behind" if script == "put" else "put_writes_behind"
-    return Hot(behind, [*keys, key, bytes_key], [*args, payload, member, bound, byte_bound])
+        blob_pairs += [blob_field(channel, version_), frame]
+    return scripts.put(
+        keys, ns, token=token, ttl=ttl, checkpoint_id=stored.checkpoint_id, frame=stored.frame,
+        metadata=stored.metadata, parent=stored.parent_id or "", refs=json.dumps(stored.refs),
+        keep=keep, token_v=new_version(), version=version, head=head, blob_pairs=blob_pairs,
+        journal=journal,
+    )
 
 
 def put_writes(
@@ -356,27 +321,13 @@ def _writes_hot(
 ) -> Hot:
     assert where.checkpoint_id is not None
     ns = where.checkpoint_ns
-    hot_keys = [
-        keys.intents,
-        keys.checkpoint(ns, where.checkpoint_id),
-        keys.registry,
-        keys.unflushed,
-        keys.index(ns),
-        keys.blobs(ns),
-        keys.versions,
-    ]
-    args: list[str | bytes | int] = [
-        token,
-        ttl,
-        new_version(),
-        version,
-        keys.version_field(ns),
-        len(stored),
-    ]
+    fields: list[str | bytes] = []
     for w in stored:
-        args += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
-    member = keys.unflushed_member(ns, where.checkpoint_id)
-    return _hot_call("put_writes", hot_keys, args, member, journal)
+        fields += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
+    return scripts.put_writes(
+        keys, ns, where.checkpoint_id, token=token, ttl=ttl, token_v=new_version(),
+        version=version, writes=fields, journal=journal,
+    )
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -32,7 +32,6 @@ from langgraph_durable._tiers.common import (
     HOT_ERRORS,
     LOST_CONNECTION,
     REJECTED_ERRORS,
-    REPLICATED_SCRIPTS,
     AsyncEffects,
     Learn,
     Scripts,
@@ -231,14 +230,14 @@ class Tiers:
             await conn.disconnect()
             level = logging.DEBUG if isinstance(exc, LOST_CONNECTION) else logging.WARNING
             logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
-                       "readers use Postgres until its intent's deadline", request.script, exc)
+                       "readers use Postgres until its intent's deadline", request.script.name, exc)
 
     async def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
         if isinstance(request, HotBatch):
             commands = [self.scripts.command(each, source=True) for each in request.requests]
             await conn.send_packed_command(conn.pack_commands(commands))
             replies = [await conn.read_response() for _ in commands]
-            if any(each.script in REPLICATED_SCRIPTS for each in request.requests):
+            if any(each.script.replicated for each in request.requests):
                 await self._replicated(conn)
             return replies
         if not request.wait:  # the reply is read before the connection's next use
@@ -252,7 +251,7 @@ class Tiers:
             await conn.send_packed_command(conn.pack_command(*command))
             reply = await conn.read_response()
         self.scripts.sent(request)
-        if request.script in REPLICATED_SCRIPTS:
+        if request.script.replicated:
             await self._replicated(conn)
         return reply
 

@@ -1,9 +1,8 @@
-"""What both drivers share: script sources, client options, error translation, and the
+"""What both drivers share: script calls, client options, error translation, and the
 signature of the callback that answers requests that are not storage requests."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -19,7 +18,6 @@ from psycopg.rows import dict_row
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from langgraph_durable._core import lua
 from langgraph_durable._core.context import layout_of
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Hot
@@ -69,29 +67,6 @@ def told(config: SaverConfig) -> Learn:
                    config)
 
 
-SCRIPTS = {
-    "get": lua.GET_SCRIPT,
-    "intent": lua.INTENT_SCRIPT,
-    "fence": lua.FENCE_SCRIPT,
-    "put": lua.PUT_SCRIPT,
-    "put_writes": lua.PUT_WRITES_SCRIPT,
-    "warm": lua.WARM_SCRIPT,
-    "known_empty": lua.KNOWN_EMPTY_SCRIPT,
-    "drop_thread": lua.DROP_THREAD_SCRIPT,
-    "put_behind": lua.PUT_BEHIND_SCRIPT,
-    "put_writes_behind": lua.PUT_WRITES_BEHIND_SCRIPT,
-    "flush_read": lua.FLUSH_READ_SCRIPT,
-    "flush_ack": lua.FLUSH_ACK_SCRIPT,
-    "journal_state": lua.JOURNAL_STATE_SCRIPT,
-    "list_unflushed": lua.LIST_UNFLUSHED_SCRIPT,
-    "marks": lua.MARKS_SCRIPT,
-    "release": lua.RELEASE_SCRIPT,
-    "journal_leave": lua.JOURNAL_LEAVE_SCRIPT,
-    "dead_letters": lua.DEAD_LETTERS_SCRIPT,
-    "dead_letter": lua.DEAD_LETTER_SCRIPT,
-}
-
-
 class Scripts:
     """How the drivers call the Lua scripts: a script's first call in the process sends its
     source (``EVAL``, which also caches it in Redis), later calls its SHA1 (``EVALSHA``); a
@@ -99,28 +74,21 @@ class Scripts:
     gets the source again. One round trip per call, none spent on ``SCRIPT LOAD``."""
 
     def __init__(self) -> None:
-        self._sha = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in SCRIPTS.items()}
         self._sent: set[str] = set()
 
     def command(self, request: Hot, *, source: bool = False) -> tuple[Any, ...]:
         """The command that runs ``request``'s script (with its source when ``source`` or
         not sent yet)."""
-        name = request.script
-        if source or name not in self._sent:
-            head: tuple[Any, ...] = ("EVAL", SCRIPTS[name])
+        script = request.script
+        if source or script.name not in self._sent:
+            head: tuple[Any, ...] = ("EVAL", script.source)
         else:
-            head = ("EVALSHA", self._sha[name])
+            head = ("EVALSHA", script.sha)
         return (*head, len(request.keys), *request.keys, *request.args)
 
     def sent(self, request: Hot) -> None:
         """Record that Redis holds ``request``'s script."""
-        self._sent.add(request.script)
-
-
-# The scripts whose effect must be on replicas before the write goes on (with
-# ``redis_replica_acks``): a write intent keeps readers off a copy a failover could leave
-# behind, and a write-behind journal entry is the write itself until it is flushed.
-REPLICATED_SCRIPTS = frozenset({"intent", "fence", "put_behind", "put_writes_behind"})
+        self._sent.add(request.script.name)
 
 
 def replica_wait(config: SaverConfig) -> tuple[Any, ...] | None:
@@ -226,12 +194,6 @@ def layout_learned() -> TierUnavailableError:
 
 def hot_unavailable(exc: Exception) -> TierUnavailableError | None:
     """The public error for a Redis failure, or ``None`` if it is a bug to re-raise."""
-    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("BACKLOG"):
-        error = TierUnavailableError(
-            f"Postgres (cold tier) is not taking writes and {str(exc)[8:]}; "
-            "writes resume once it is back", tier="cold")
-        error.__cause__ = exc
-        return error
     if isinstance(exc, redis.exceptions.ResponseError) and not str(exc).startswith(
         _UNAVAILABLE_REPLIES
     ):

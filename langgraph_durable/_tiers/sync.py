@@ -31,7 +31,6 @@ from langgraph_durable._tiers.common import (
     HOT_ERRORS,
     LOST_CONNECTION,
     REJECTED_ERRORS,
-    REPLICATED_SCRIPTS,
     Effects,
     Learn,
     Scripts,
@@ -230,14 +229,14 @@ class Tiers:
             conn.disconnect()
             level = logging.DEBUG if isinstance(exc, LOST_CONNECTION) else logging.WARNING
             logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
-                       "readers use Postgres until its intent's deadline", request.script, exc)
+                       "readers use Postgres until its intent's deadline", request.script.name, exc)
 
     def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
         if isinstance(request, HotBatch):
             commands = [self.scripts.command(each, source=True) for each in request.requests]
             conn.send_packed_command(conn.pack_commands(commands))
             replies = [conn.read_response() for _ in commands]
-            if any(each.script in REPLICATED_SCRIPTS for each in request.requests):
+            if any(each.script.replicated for each in request.requests):
                 self._replicated(conn)
             return replies
         if not request.wait:  # the reply is read before the connection's next use
@@ -251,7 +250,7 @@ class Tiers:
             conn.send_packed_command(conn.pack_command(*command))
             reply = conn.read_response()
         self.scripts.sent(request)
-        if request.script in REPLICATED_SCRIPTS:
+        if request.script.replicated:
             self._replicated(conn)
         return reply
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, Pause
+from langgraph_durable._core.scripts.registry import SCRIPTS
 from langgraph_durable.errors import TierUnavailableError
 
 Expect = Callable[[Any], None]
@@ -52,7 +53,8 @@ def hot(script: str, keys: Sequence[str] | None = None) -> Expect:
 
     def check(request: Any) -> None:
         assert isinstance(request, Hot), f"expected Hot({script!r}), got {request!r}"
-        assert request.script == script, f"expected script {script!r}, got {request.script!r}"
+        assert request.script.name == script, (
+            f"expected script {script!r}, got {request.script.name!r}")
         if keys is not None:
             assert list(request.keys) == list(keys)
 
@@ -111,3 +113,12 @@ def cold_down() -> TierUnavailableError:
     error = TierUnavailableError("Postgres (cold tier) is unavailable: refused", tier="cold")
     error.__cause__ = ConnectionRefusedError("refused")
     return error
+
+
+def arg(request: Hot, name: str) -> Any:
+    """The value ``request`` passes its script as argument ``name`` (one placed before any
+    sequence, as the script's header numbers it)."""
+    slots = list(SCRIPTS[request.script.name].args)
+    position = [slot.name for slot in slots].index(name)
+    assert not any(slot.many for slot in slots[:position]), f"{name} follows a sequence"
+    return request.args[position]

@@ -42,7 +42,7 @@ class ScriptedTiers(sync.Tiers):
 
     def execute(self, request: Any, effects: Effects, built: Layout) -> Any:
         if isinstance(request, Hot):
-            if request.script == "flush_read":
+            if request.script.name == "flush_read":
                 return self.raw
             self.ack = list(request.args)
             return 1

@@ -13,8 +13,9 @@ from langgraph_durable._core import journal, ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable._core.lineage import RUN_KEY
+from langgraph_durable._core.scripts.registry import Reply
 from langgraph_durable.errors import ThreadConflictError
-from tests.core.script import Script, cold, hot
+from tests.core.script import Script, arg, cold, hot
 
 THREAD = "thread-1"
 PARENT = "1f0-parent"
@@ -100,18 +101,18 @@ def test_a_put_extending_a_deleted_history_removes_what_came_first_and_says_dele
 def test_write_behind_put_on_a_moved_head_raises_with_the_head_redis_found(
         make_ctx: Callable[..., Context]) -> None:
     """Write-behind: the journaled script checks the head in Redis (its head flag is
-    set) and replies ``[b"conflict", head]``; the run id comes from Postgres, but the head
+    set) and replies ``[CONFLICT, head]``; the run id comes from Postgres, but the head
     named is the one Redis found (Postgres may not have it yet)."""
     ctx = make_ctx(write_mode="behind")
     _, op = _put_on_head(ctx)
     script = Script([
-        (hot("put_behind"), [b"conflict", b"1f0-redis-head"]),
+        (hot("put_behind"), [Reply.CONFLICT, b"1f0-redis-head"]),
         (cold(ctx.statements.head_sql), [[{"head": "1f0-older", "run_id": None}]]),
     ])
     with pytest.raises(ThreadConflictError) as raised:
         script.run(op)
     assert script.done
-    assert script.requests[0].args[11] == "1"
+    assert arg(script.requests[0], "head") == "1"
     error = raised.value
     assert (error.thread_id, error.expected, error.head) == (THREAD, PARENT, "1f0-redis-head")
     assert error.run_id is None

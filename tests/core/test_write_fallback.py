@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.scripts.registry import Reply
 from langgraph_durable.errors import TierUnavailableError
 from tests.core.script import Script, cold, cold_down, hot, hot_down
 
@@ -142,7 +143,7 @@ def test_write_behind_put_sent_through_postgres_fails_closed_when_its_intent_can
     _, op = _put(ctx)
     keys = ThreadKeys("t", THREAD)
     script = Script([
-        (hot("put_behind"), [b"cold"]),
+        (hot("put_behind"), [Reply.COLD]),
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), hot_down()),
     ])
     with pytest.raises(TierUnavailableError) as raised:

@@ -303,7 +303,7 @@ class Sim:
             except Exception as exc:
                 error = exc
             else:
-                record.hot_written |= isinstance(request, Hot) and request.script in HOT_WRITES
+                record.hot_written |= isinstance(request, Hot) and request.script.name in HOT_WRITES
                 record.wrote = self.clock
                 if (self.faults and lane.name != "*" and self.rng.random() < self.p.lost_rate
                         and "lost" in self.p.faults):
@@ -357,9 +357,9 @@ class Sim:
                 outcome = f"-> {type(exc).__name__}"
             else:
                 outcome = "landed"
-                record.hot_written |= request.script in HOT_WRITES
+                record.hot_written |= request.script.name in HOT_WRITES
         self._log(Lane(proc, "", self.contexts[0], None), record,
-                  f"H:{request.script} (sent earlier) {outcome}")
+                  f"H:{request.script.name} (sent earlier) {outcome}")
 
     # ------------------------------------------------------------------ faults
 
@@ -457,7 +457,7 @@ def _after(first: Op[Any], then: Op[Any]) -> Op[Any]:
 def describe(request: Request) -> str:
     """A request in a few characters: ``H:put``, ``C:2 stmts``, ``pause``."""
     if isinstance(request, Hot):
-        return f"H:{request.script}" + ("" if request.wait else " (sent)")
+        return f"H:{request.script.name}" + ("" if request.wait else " (sent)")
     if isinstance(request, Cold):
         return f"C:{len(request.statements)}"
     return "pause"

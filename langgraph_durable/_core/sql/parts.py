@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # Every commit that changes a namespace takes a new version from one sequence, so versions
 # only grow, across deletes and copies too. Redis keeps the newest version it has seen of
-# each namespace and refuses an older copy (see `_core/lua.py`).
+# each namespace and refuses an older copy (see `_core/scripts/`).
 NEXT_VERSION = "nextval('{schema}.lgd_version_seq')"
 
 # Re-putting a checkpoint (a retried write, a re-flushed batch) replaces it.

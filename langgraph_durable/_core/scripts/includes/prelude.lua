@@ -1,0 +1,61 @@
+-- Functions the scripts share.
+local function refresh(key, ttl)
+  if ttl > 0 and redis.call('PTTL', key) > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+local function settle(key, ttl)
+  if ttl < 0 then redis.call('PERSIST', key)
+  elseif ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+-- The newest version of a namespace's copy Redis has seen: its own, or the thread's
+-- tombstone (set when the thread was dropped), whichever is larger.
+local function held(vkey, field)
+  local own = tonumber(redis.call('HGET', vkey, field) or '0') or 0
+  local tomb = tonumber(redis.call('HGET', vkey, '*') or '0') or 0
+  return math.max(own, tomb), tomb
+end
+-- The versions hash outlives the thread's other keys: with no hot TTL (0) it has none.
+local function settle_versions(vkey, ttl)
+  if ttl <= 0 then redis.call('PERSIST', vkey) else redis.call('PEXPIRE', vkey, ttl) end
+end
+local function raise_version(vkey, field, version)
+  if version > (tonumber(redis.call('HGET', vkey, field) or '0') or 0) then
+    redis.call('HSET', vkey, field, version)
+  end
+end
+-- Whether the thread's unflushed hash counts entries of the namespace whose members start
+-- with `prefix` ("<b64 ns>:"; "" for any namespace).
+local function unflushed(ukey, prefix)
+  if prefix == '' then return redis.call('EXISTS', ukey) end
+  local members = redis.call('HKEYS', ukey)
+  for i = 1, #members do
+    if string.sub(members[i], 1, #prefix) == prefix then return 1 end
+  end
+  return 0
+end
+-- Clear a write-through writer's intent and its mark in the versions hash (see INTENT).
+local function clear_intent(intents, vkey, token)
+  if token ~= '' then
+    redis.call('ZREM', intents, token)
+    redis.call('HDEL', vkey, '^' .. token)
+  end
+end
+-- Delete a thread's hot copy: every key its registry lists, and the registry. Returns how
+-- many keys it listed. (The unflushed hash and the versions hash are not listed.)
+local function drop_copy(registry)
+  local keys = redis.call('SMEMBERS', registry)
+  for i = 1, #keys, 500 do
+    redis.call('DEL', unpack(keys, i, math.min(i + 499, #keys)))
+  end
+  redis.call('DEL', registry)
+  return #keys
+end
+-- A namespace's index and blob hash belong to the thread's copy only while the registry
+-- lists them. Keys it does not list outlived an eviction or a drop: remove them (and the
+-- checkpoints their index names) before anything is written next to them.
+local function adopt(registry, index, blobs, prefix)
+  if redis.call('SISMEMBER', registry, index) == 1 then return end
+  for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    redis.call('DEL', prefix .. id)
+  end
+  redis.call('DEL', index, blobs)
+end

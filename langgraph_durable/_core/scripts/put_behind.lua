@@ -1,0 +1,16 @@
+-- Write-behind put: the write of includes/put.lua (its keys and arguments come first) and
+-- its journal entry, atomically (includes/journal.lua).
+--!replicated
+--!include prelude.lua
+--!include replies
+--!include put.lua
+--!include journal.lua
+-- KEYS[8] journal             the shard's journal
+-- KEYS[9] journal_bytes       its byte counter
+-- ARGV[15+2n] payload         the journal entry
+-- ARGV[16+2n] member          its unflushed member ("<b64 ns>:<id>")
+-- ARGV[17+2n] max_entries     the journal's bound, in entries
+-- ARGV[18+2n] max_bytes       its bound, in payload bytes
+--
+-- returns the entry's id | {COLD} | {CONFLICT, head} | {BACKLOG, entries, bytes}
+return journaled(write, 14 + 2 * tonumber(ARGV[14]), KEYS[8], KEYS[9], KEYS[6])

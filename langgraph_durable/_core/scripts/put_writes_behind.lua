@@ -1,0 +1,16 @@
+-- Write-behind put_writes: the write of includes/put_writes.lua (its keys and arguments
+-- come first) and its journal entry, atomically (includes/journal.lua).
+--!replicated
+--!include prelude.lua
+--!include replies
+--!include put_writes.lua
+--!include journal.lua
+-- KEYS[8] journal             the shard's journal
+-- KEYS[9] journal_bytes       its byte counter
+-- ARGV[7+3n] payload          the journal entry
+-- ARGV[8+3n] member           its unflushed member ("<b64 ns>:<id>")
+-- ARGV[9+3n] max_entries      the journal's bound, in entries
+-- ARGV[10+3n] max_bytes       its bound, in payload bytes
+--
+-- returns the entry's id | {COLD} | {BACKLOG, entries, bytes}
+return journaled(write, 6 + 3 * tonumber(ARGV[6]), KEYS[8], KEYS[9], KEYS[4])
