@@ -75,3 +75,64 @@ def test_a_put_committed_during_delete_for_runs_stays_the_head(
         saver.put({"configurable": {**run, "checkpoint_id": c2}}, child,
                   {"source": "loop", "step": 1}, {})
     assert refused.value.head == c3
+
+
+def test_a_put_that_starts_a_namespace_during_a_change_stays_the_head(
+    make_saver: type[DurableSaver], namespace: tuple[str, str]
+) -> None:
+    """A run's put refused because its thread was deleted cleans up in one transaction that
+    ends by rebuilding the thread's heads. While it waits (here on the deleted history's
+    record, held by the test), a new run starts the thread again: N1, its root, commits and
+    creates the head row the transaction's first lock never saw, and the put of N2, N1's
+    child, holds that row when the rebuild comes. N2 stays the head. (Rebuilt from a
+    snapshot taken before N2 committed, the head went back to N1.)"""
+    schema, _ = namespace
+    run, operator, other = (make_saver(write_mode="through") for _ in range(3))
+    thread = f"rebuild-race-{uuid.uuid4()}"
+    first = put_value(run, thread, "one")
+    operator.delete_thread(thread)
+    outcome: dict[str, BaseException | None] = {}
+
+    def refused_put() -> None:
+        child = empty_checkpoint()
+        try:
+            run.put(first, child, {"source": "loop", "step": 1}, {})
+            outcome["error"] = None
+        except BaseException as exc:  # the test reads it
+            outcome["error"] = exc
+
+    table = f'"{schema}"'
+    with psycopg.connect(POSTGRES_URL) as holding, psycopg.connect(
+            POSTGRES_URL) as putting, psycopg.connect(POSTGRES_URL, autocommit=True) as watching:
+        holding.execute(f"SELECT 1 FROM {table}.lgd_deleted WHERE thread_id = %s FOR UPDATE",
+                        (thread,))
+        refusing = threading.Thread(target=refused_put)
+        refusing.start()
+        for _ in range(500):  # the cleanup waits on the record
+            row = watching.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s", (f'%{table}.lgd_deleted%',)).fetchone()
+            if row and row[0]:
+                break
+            threading.Event().wait(0.01)
+        n1 = put_value(other, thread, "new run")["configurable"]["checkpoint_id"]  # type: ignore[index]
+        n2 = empty_checkpoint()["id"]
+        putting.execute(
+            f"INSERT INTO {table}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, checkpoint, channel_versions, metadata) "
+            "SELECT thread_id, checkpoint_ns, %s, checkpoint_id, run_id, checkpoint, "
+            f"channel_versions, metadata FROM {table}.lgd_checkpoints "
+            "WHERE thread_id = %s AND checkpoint_id = %s", (n2, thread, n1))
+        putting.execute(f"UPDATE {table}.lgd_heads SET head = %s WHERE thread_id = %s",
+                        (n2, thread))
+        holding.commit()
+        wait_for_head_lock(watching, schema)
+        putting.commit()
+        refusing.join(30)
+    assert not refusing.is_alive()
+    error = outcome["error"]
+    assert isinstance(error, ThreadConflictError) and error.deleted, error
+    with psycopg.connect(POSTGRES_URL) as conn:
+        head = conn.execute(f"SELECT head FROM {table}.lgd_heads WHERE thread_id = %s",
+                            (thread,)).fetchone()
+    assert head == (n2,)

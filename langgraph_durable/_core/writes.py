@@ -382,9 +382,10 @@ def mutate_threads(
     are locked before ``statements`` run, so every put of the threads either committed
     before them (and they see it) or waits for this commit. Unless the threads are
     deleted, each remaining namespace then gets a new version and its head back: the
-    newest checkpoint, read after that lock (read before it, a put committed in between
-    would have its head taken back, and a second put from the old head would be
-    acknowledged: a fork).
+    newest checkpoint, read under the head rows' lock taken again just before (a put may
+    have started a namespace's row since the first lock, as the first write after a
+    delete does). Read before a put committed, the rebuild took the put's head back and a
+    second put from the old head was acknowledged: a fork.
     ``tokens``: the threads' intents, when the caller announced them (`claim_threads`, a
     sweep's claims; ``None`` for a thread whose Redis was bypassed)."""
     keyed = [ctx.layout.thread(t) for t in thread_ids]
@@ -396,15 +397,16 @@ def mutate_threads(
         announced = list(tokens)
     bypassed = [t for t, tok in zip(thread_ids, announced, strict=True) if tok is None]
     marks = stale_marks(ctx, bypassed)
+    lock = Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(thread_ids)})
     heads = (
         []
         if deletes
-        else [Statement(ctx.statements.rebuild_heads_sql, {"thread_ids": list(thread_ids)})]
+        else [lock, Statement(ctx.statements.rebuild_heads_sql, {"thread_ids": list(thread_ids)})]
     )
     result: list[Any] = yield Cold(
         (
             Statement(ctx.statements.tombstone_sql, {}, fetch=True),
-            Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(thread_ids)}),
+            lock,
             *statements,
             *heads,
             *marks,

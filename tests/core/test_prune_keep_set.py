@@ -70,15 +70,15 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         (cold(st.no_jit_sql, st.prune_scan_sql), [None, [_row("c1", None, stored=["m"]),
                                                   _row("c2", "c1", counters={"m": 1})]]),
         (cold(st.tombstone_sql, st.lock_heads_sql, st.no_jit_sql, st.prune_delete_sql,
-              st.delete_orphan_blobs_sql, st.rebuild_heads_sql),
-         [[{"version": 17}], None, None, [], None, None]),
+              st.delete_orphan_blobs_sql, st.lock_heads_sql, st.rebuild_heads_sql),
+         [[{"version": 17}], None, None, [], None, None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 1),
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
     assert script.requests[3].statements[1].params == {"thread_ids": ["t1"]}
-    tombstone, lock, _, delete, _, heads = script.requests[4].statements
-    assert lock.params == {"thread_ids": ["t1"]}
+    tombstone, lock, _, delete, _, relock, heads = script.requests[4].statements
+    assert lock.params == relock.params == {"thread_ids": ["t1"]}
     assert tombstone.fetch
     assert delete.params == {
         "thread_ids": ["t1"], "keep_threads": ["t1", "t1"], "keep_ns": ["", ""],

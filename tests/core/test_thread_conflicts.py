@@ -83,8 +83,8 @@ def test_a_put_extending_a_deleted_history_removes_what_came_first_and_says_dele
         *_refused_put(ctx, {"head": None, "run_id": None, "deleted": True}),
         (hot("intent"), 0),
         (cold(st.tombstone_sql, st.lock_heads_sql, st.extend_deleted_sql,
-              st.forget_deleted_sql, st.rebuild_heads_sql),
-         [[{"version": 40}], None, None, None, None]),
+              st.forget_deleted_sql, st.lock_heads_sql, st.rebuild_heads_sql),
+         [[{"version": 40}], None, None, None, None, None]),
         (hot("drop_thread"), 0),
     ])
     with pytest.raises(ThreadConflictError) as raised:
