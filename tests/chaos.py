@@ -252,7 +252,8 @@ class Chaos:
                        workload=workload, mode=mode, redis_kind=kind,
                        ack_path=self.workdir / f"acks-{number}-{i}",
                        kill_at=self.rng.randint(4, 30), options=options)
-            if options.driver == "async":  # late enough for its cancellations to come first
+            if options.driver == "async" and workload == "supervisor":
+                # late enough for its cancellations to come first
                 run_.kill_at = self.rng.randint(20, 40)
             elif workload == "supervisor" and self.rng.random() < 0.5:
                 run_.kill_at_request = self.rng.randint(1, len(items()))
