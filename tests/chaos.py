@@ -270,6 +270,11 @@ class Chaos:
             resolved.options = replace(resolved.options, driver="sync", cancels=0)
             resolved.kill_at_request = self.rng.randint(1, len(items()))
             resolved.kill_after = None
+        elif resolved is not None:  # a fork round: its first supervisor is cancelled mid-tool
+            resolved.options = replace(resolved.options, driver="async", aim=1.0,
+                                       cancels=max(1, resolved.options.cancels))
+            resolved.kill_at, resolved.kill_at_request, resolved.kill_after = \
+                self.rng.randint(20, 40), None, None
         for o in (r.options for r in runs if r.workload == "supervisor"):
             self.tally.draws.update([f"durability {o.durability}", f"driver {o.driver}",
                                      f"tool {o.tool}"] + ["handle_tool_errors"] * o.handle_errors

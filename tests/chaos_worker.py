@@ -82,6 +82,7 @@ class Options:
     durability: str = "sync"
     driver: str = "sync"  # "sync": invoke; "async": ainvoke, cancelled and resumed
     cancels: int = 0  # the async driver's cancellations before it lets the run end
+    aim: float = 0.75  # the share of a supervisor's cancellations aimed at a running tool
     tool: str = "verify"  # "verify" or "idempotent"
     handle_errors: bool = False
     durable_model: bool = False
@@ -360,7 +361,7 @@ async def _cancelled_and_resumed(graph: Any, config: RunnableConfig, workload: s
         if n == options.cancels:
             await task
             return
-        if workload == "supervisor" and rng.random() < 0.75:  # aimed at a tool call
+        if workload == "supervisor" and rng.random() < options.aim:  # aimed at a tool call
             while InFlight.count == 0 and not task.done():
                 await asyncio.sleep(0.001)
             await asyncio.sleep(rng.uniform(0, SHIP_REPLY))
