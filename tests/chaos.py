@@ -39,6 +39,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -385,16 +386,22 @@ class Chaos:
         self.tally.faults["cli fork (calls in flight)"] += 1
 
     def _resolve_in_flight(self, r: Run, mode: str, kind: str) -> None:
-        """``resolve-all retry --yes`` on a thread just killed in the middle of a call, whose
-        lease is still live: the command settles only cut-off calls (uncertain, or a lease
-        that ran out), so it must settle nothing; a call it settled would run again."""
+        """``resolve-all retry --dry-run`` on a thread just killed in the middle of a call:
+        the command lists only cut-off calls (uncertain, or a lease that ran out), never a
+        ``started`` call whose lease was live when it looked. (Settling a call whose lease
+        ran out as ``retry`` when its effect happened is the operator's error, not checked.)"""
+        with psycopg.connect(POSTGRES_URL) as conn:
+            before = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         code, out = cli(["resolve-all", "retry", "--tool", "ship", "--thread", r.thread_id,
-                         "--yes", "--json"], self._env(mode, kind))
-        settled = json.loads(out)["settled"] if code == 0 else None
-        if settled != 0:
-            self._violation(r, f"resolve-all --yes while its call's lease was live settled "
-                               f"{settled} (exit {code}): {out.strip()[:500]}")
-        self.tally.faults["cli resolve-all --yes (call in flight)"] += 1
+                         "--dry-run", "--json"], self._env(mode, kind))
+        if code != 0:
+            self._violation(r, f"resolve-all --dry-run exited {code}: {out.strip()[:500]}")
+            return
+        live = [c["key"] for c in json.loads(out)["calls"] if c["status"] == "started"
+                and datetime.fromisoformat(c["lease_expires_at"]) > before]
+        if live:
+            self._violation(r, f"resolve-all listed calls whose lease was live: {live}")
+        self.tally.faults["cli resolve-all (call in flight)"] += 1
 
     def _resolve(self, mode: str, kind: str, *, in_flight: bool) -> None:
         """``langgraph-durable resolve-all --dry-run`` lists every cut-off ship call (calls

@@ -24,7 +24,7 @@ def test_kills_and_faults_lose_nothing_acknowledged_and_repeat_no_effect() -> No
     assert tally.faults["postgres cut"] >= 2, report
     assert sum(n for fault, n in tally.faults.items() if fault.startswith("redis")) >= 2, report
     for fault in ("asyncio cancel (timeout)", "asyncio cancel mid-tool",
-                  "cli fork (calls in flight)", "cli resolve-all --yes (call in flight)"):
+                  "cli fork (calls in flight)", "cli resolve-all (call in flight)"):
         assert tally.faults[fault] >= 1, report
     assert sum(n for f, n in tally.faults.items() if f.startswith("cli resolve")) >= 2, report
     for draw in ("durability exit", "handle_tool_errors", "durable_model", "tool idempotent",
