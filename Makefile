@@ -42,7 +42,8 @@ test: $(STAMP)
 # The soaks. The simulation: SEEDS seeded interleavings with faults per write mode (`make
 # test` runs the default 1000 per mode); a failure prints the command that replays its seed.
 # Real-process chaos: KILLS SIGKILLed agent processes across both write modes, with Redis
-# killed and restarted and Postgres cut (`make test` runs 12); RESUME_LOG gets one line per
+# killed and restarted, Postgres cut, asyncio cancellations, forks and resolves from the
+# command line (`make test` runs 12); RESUME_LOG gets one line per
 # thread saying where it resumed and why. The real-process checker: CHECKER_SECONDS of
 # worker processes under its nemesis in each write mode (`make test` runs 20 s in each).
 SEEDS ?= 20000

@@ -1,7 +1,7 @@
 """Real faults for tests: a private redis-server the test stops and restarts, a TCP proxy
 in front of Postgres that the test can cut (existing connections die, new ones are refused)
-and restore, or have lose one reply, and the simulation's lost reply for one request of an
-operation.
+and restore, or have lose one reply, an operator's command line run while the system
+works (`cli`), and the simulation's lost reply for one request of an operation.
 
 The private server is ``redis-server`` when the session uses the system servers and one
 is installed, else the ``valkey-server`` of the embedded servers."""
@@ -209,6 +209,18 @@ class Proxy:
 
     def url(self, database: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+
+def cli(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """``langgraph-durable ARGS`` as an operator runs it at a shell, with ``env`` (its
+    ``LGD_*`` settings), in this process: the exit code and what it printed (stdout, then
+    stderr)."""
+    from typer.testing import CliRunner
+
+    from langgraph_durable.cli import app
+
+    result = CliRunner().invoke(app, args, env={**env, "COLUMNS": "250"})
+    return result.exit_code, result.stdout + result.stderr
 
 
 def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool],

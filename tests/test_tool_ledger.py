@@ -21,7 +21,7 @@ from langgraph.config import get_config
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, ToolRuntime
-from langgraph.types import Command, RetryPolicy, interrupt
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 from langgraph_durable import (
     ConfigurationError,
@@ -60,6 +60,17 @@ def _sql(query: str, *params: Any) -> list[Any]:
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         cursor = conn.execute(query, params)
         return cursor.fetchall() if cursor.description else []
+
+
+def _cut_off(schema: str, key: str) -> None:
+    """Make the finished call ``key`` look cut off mid-call: ``started``, its result gone,
+    its lease held by a process of this host that has exited."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _sql(f'UPDATE "{schema}".lgd_tool_calls SET status = \'started\', '
+         "result = NULL, finished_at = NULL, lease_owner = %s, "
+         "lease_expires_at = clock_timestamp() + interval '60 seconds' WHERE key = %s",
+         f"{process_owner().host}:{gone.pid}:0123", key)
 
 
 def _echo(saver: DurableSaver, calls: list[Any], **options: Any) -> Any:
@@ -450,12 +461,7 @@ def test_a_call_re_run_under_a_new_tool_call_id_is_the_same_call(
     graph.invoke({"messages": [("user", "buy")]}, _config(thread))
     (first,) = saver.ledger.list(thread)
     if policy != "finished":
-        gone = subprocess.Popen([sys.executable, "-c", "pass"])
-        gone.wait()
-        _sql(f'UPDATE "{namespace[0]}".lgd_tool_calls SET status = \'started\', '
-             "result = NULL, finished_at = NULL, lease_owner = %s, "
-             "lease_expires_at = clock_timestamp() + interval '60 seconds' WHERE key = %s",
-             f"{process_owner().host}:{gone.pid}:0123", first.key)
+        _cut_off(namespace[0], first.key)
     saver.delete_thread(thread, keep_ledger=True)
     again = {"messages": [("user", "buy")]}
     with caplog.at_level(logging.WARNING, "langgraph_durable"):
@@ -475,6 +481,61 @@ def test_a_call_re_run_under_a_new_tool_call_id_is_the_same_call(
 
     graph.invoke({"messages": [("user", "buy again")]}, _config(thread))
     assert len(saver.ledger.list(thread)) == 2 and len(set(keys)) == 2
+
+
+@pytest.mark.parametrize("how", ["lost", "fork"])
+def test_a_call_in_a_subgraph_re_run_from_an_older_checkpoint_is_the_same_call(
+        saver: DurableSaver, namespace: tuple[str, str], how: str) -> None:
+    """A worker agent (a subgraph the supervisor's ``Send`` runs) was cut off in ``charge``
+    (its process died before recording the outcome). Its namespace ends with the id of the
+    supervisor's task, which LangGraph derives from the checkpoint the step ran from; so
+    when that step runs again from an older checkpoint, the task, hence the namespace, has
+    a new id: ``lost``, the run's checkpoints were lost (``durability="exit"``, or a machine
+    that died with state not yet flushed) and it starts again from its input; ``fork``, the
+    thread is forked at its first checkpoint, copying the cut-off call. The model asks again
+    with a new tool-call id. Same thread, graph path, step, tool and arguments: the same
+    call, run again (``idempotent=True``) under the key the provider saw, never a blind
+    second call under a new key."""
+    keys: list[str] = []
+
+    def charge(order: str) -> str:
+        """Charge an order."""
+        keys.append(current_idempotency_key())
+        return f"charged {order}"
+
+    tool = durable_tool(charge, saver=saver, idempotent=True)
+    agent = model_then_tool_graph(None, tool, {"order": "A"},
+                                  lambda: f"call-{uuid.uuid4().hex}")
+
+    class Orders(TypedDict):
+        done: Annotated[list[str], lambda a, b: a + b]
+
+    def worker(assignment: dict[str, str]) -> dict[str, Any]:
+        out = agent.invoke({"messages": [("user", f"ship {assignment['order']}")]})
+        return {"done": [out["messages"][-1].content]}
+
+    builder = StateGraph(Orders)
+    builder.add_node("worker", worker)
+    builder.add_conditional_edges(START, lambda _: [Send("worker", {"order": "A"})],
+                                  ["worker"])
+    builder.add_edge("worker", END)
+    graph = builder.compile(checkpointer=saver)
+    thread = _thread()
+    graph.invoke({"done": []}, _config(thread))
+    (first,) = saver.ledger.list(thread)
+    _cut_off(namespace[0], first.key)
+    if how == "lost":
+        saver.delete_thread(thread, keep_ledger=True)
+        out = graph.invoke({"done": []}, _config(thread))
+    else:
+        oldest = list(saver.list(_config(thread)))[-1].config["configurable"]["checkpoint_id"]
+        thread, source = f"{thread}-fork", thread
+        saver.copy_thread(source, thread, up_to=oldest)
+        out = graph.invoke(None, _config(thread))
+    assert out["done"] == ["charged A"]
+    assert keys == [first.idempotency_key] * 2
+    (row,) = saver.ledger.list(thread)
+    assert row.status == "succeeded" and row.idempotency_key == first.idempotency_key
 
 
 def test_durability_exit_is_said_loudly(saver: DurableSaver,

@@ -112,7 +112,8 @@ class CallSpec:
     decided_by: str | None = None
     durability: str | None = None
     # the LangGraph step the call runs in (``langgraph_step``), when known: a recorded call
-    # of the same thread, namespace, step, tool and arguments is this call
+    # of the same thread, graph path (the namespace without task ids), step, tool and
+    # arguments is this call
     step: int | None = None
 
 

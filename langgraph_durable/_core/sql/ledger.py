@@ -128,11 +128,14 @@ _OURS = (
 )
 
 # Claim a key, or read the row that holds it: one statement, one commit. ``claimed`` tells
-# our insert from a foreign row. A call of the same thread, namespace, step (%(step)s,
+# our insert from a foreign row. A call of the same thread, graph path, step (%(step)s,
 # when known), tool and arguments as a recorded call under another key is that call re-run
 # (the model, asked again from the checkpoint before it, gave it a new tool-call id):
 # nothing is inserted, and that call's row is returned instead, however old, whatever its
-# status (running: wait; cut off: its uncertain policy; finished: its outcome).
+# status (running: wait; cut off: its uncertain policy; finished: its outcome). The graph
+# path is the namespace without its task ids (``worker:<task id>|agent:<task id>`` ->
+# ``worker|agent``): LangGraph derives a task's id from the checkpoint its step ran from,
+# so a step run again from an older checkpoint (checkpoints lost, a fork) has new ones.
 # With ``%(dup_window)s`` (seconds) set, a succeeded call of
 # the same thread, tool and arguments under another key within the window is named in
 # ``duplicate_of``. Zero rows means a concurrent claim committed after this statement's
@@ -146,7 +149,9 @@ CLAIM_SQL = (
 WITH same AS (
     SELECT s.key FROM {schema}.lgd_tool_calls s
     WHERE %(step)s::int IS NOT NULL AND s.step = %(step)s::int
-      AND s.thread_id = %(thread_id)s AND s.checkpoint_ns = %(checkpoint_ns)s
+      AND s.thread_id = %(thread_id)s
+      AND regexp_replace(s.checkpoint_ns, ':[^|]*', '', 'g')
+          = regexp_replace(%(checkpoint_ns)s, ':[^|]*', '', 'g')
       AND s.tool = %(tool)s AND s.args_fingerprint = %(fingerprint)s AND s.key <> %(key)s
       AND NOT EXISTS (SELECT 1 FROM {schema}.lgd_tool_calls o WHERE o.key = %(key)s)
     ORDER BY s.started_at DESC LIMIT 1
