@@ -310,15 +310,16 @@ def redis_cluster() -> Iterator[TestCluster]:
         cluster.stop()
 
 
-def wait_for_head_lock(conn: psycopg.Connection[Any], schema: str) -> None:
-    """Until another session waits for a row lock on the schema's head rows (a statement
-    of the saver's that reached a transaction the test holds open)."""
+def wait_for_row_lock(conn: psycopg.Connection[Any], schema: str,
+                      table: str = "lgd_heads") -> None:
+    """Until another session waits for a row lock on ``table`` of the schema (a statement
+    of the saver's that reached rows a transaction of the test holds)."""
     for _ in range(500):
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             "AND pid <> pg_backend_pid() AND query LIKE %s",
-            (f'%"{schema}".lgd_heads%',)).fetchone()
+            (f'%"{schema}".{table}%',)).fetchone()
         if row and row[0]:
             return
         threading.Event().wait(0.01)
-    raise AssertionError("no statement waited for the head rows the test holds")
+    raise AssertionError(f"no statement waited for the {table} rows the test holds")

@@ -18,7 +18,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.keys import Layout
 from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value, value_put_args, wait_for_head_lock
+from tests.conftest import POSTGRES_URL, REDIS_URL, put_value, value_put_args, wait_for_row_lock
 
 TABLES = ("lgd_checkpoints", "lgd_writes", "lgd_blobs", "lgd_heads")
 
@@ -177,7 +177,7 @@ def test_a_write_that_waits_for_a_delete_in_progress_is_refused_when_it_commits(
         deleting.execute(statements.delete_threads_sql, ids)
         writer = threading.Thread(target=write_now)
         writer.start()
-        wait_for_head_lock(watching, schema)
+        wait_for_row_lock(watching, schema)
         deleting.commit()
         writer.join(30)
     assert not writer.is_alive()

@@ -15,7 +15,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.lineage import RUN_KEY
-from tests.conftest import POSTGRES_URL, put_value, wait_for_head_lock
+from tests.conftest import POSTGRES_URL, put_value, wait_for_row_lock
 
 
 def test_a_put_committed_during_delete_for_runs_stays_the_head(
@@ -61,7 +61,7 @@ def test_a_put_committed_during_delete_for_runs_stays_the_head(
                         (c3, thread))
         changing = threading.Thread(target=change)
         changing.start()
-        wait_for_head_lock(watching, schema)
+        wait_for_row_lock(watching, schema)
         putting.commit()
         changing.join(30)
     assert not changing.is_alive()
@@ -108,13 +108,7 @@ def test_a_put_that_starts_a_namespace_during_a_change_stays_the_head(
                         (thread,))
         refusing = threading.Thread(target=refused_put)
         refusing.start()
-        for _ in range(500):  # the cleanup waits on the record
-            row = watching.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE %s", (f'%{table}.lgd_deleted%',)).fetchone()
-            if row and row[0]:
-                break
-            threading.Event().wait(0.01)
+        wait_for_row_lock(watching, schema, "lgd_deleted")  # the cleanup waits on the record
         n1 = put_value(other, thread, "new run")["configurable"]["checkpoint_id"]  # type: ignore[index]
         n2 = empty_checkpoint()["id"]
         putting.execute(
@@ -126,7 +120,7 @@ def test_a_put_that_starts_a_namespace_during_a_change_stays_the_head(
         putting.execute(f"UPDATE {table}.lgd_heads SET head = %s WHERE thread_id = %s",
                         (n2, thread))
         holding.commit()
-        wait_for_head_lock(watching, schema)
+        wait_for_row_lock(watching, schema)
         putting.commit()
         refusing.join(30)
     assert not refusing.is_alive()
