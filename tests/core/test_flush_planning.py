@@ -7,6 +7,8 @@ from typing import Any
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
+from langgraph_durable._core.journal.entries import decode
+from langgraph_durable._core.journal.policy import plan
 from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable._core.records import Location, StoredCheckpoint, StoredWrite
 from tests.core.script import Script, cold, hot
@@ -33,7 +35,7 @@ def _raw(*payloads: bytes) -> list[Any]:
 
 
 def _entries(*payloads: bytes) -> list[journal.Entry]:
-    return [journal._decode(r) for r in _raw(*payloads)]
+    return [decode(r) for r in _raw(*payloads)]
 
 
 def _rows(statement: Any) -> list[tuple[Any, ...]]:
@@ -99,7 +101,7 @@ def test_latest_policy_keeps_the_newest_checkpoint_per_namespace_and_every_blob(
         _writes("c2", (0, "x", b"new")),
         journal.pack_checkpoint_entry(_checkpoint("s1", None, "1", ns="sub")),
     )
-    blobs, checkpoints, writes, heads = journal._plan(ctx, entries).statements(ctx)
+    blobs, checkpoints, writes, heads = plan(ctx, entries).statements(ctx)
     assert sorted(r[:4] for r in _rows(blobs)) == [
         (THREAD, "", "x", "1"), (THREAD, "", "x", "2"), (THREAD, "sub", "x", "1")]
     assert sorted((r[1], r[2]) for r in _rows(checkpoints)) == [("", "c2"), ("sub", "s1")]
@@ -113,7 +115,7 @@ def test_all_policy_keeps_every_checkpoint(make_ctx: Callable[..., Context]) -> 
     ctx = make_ctx(flush_policy="all")
     entries = _entries(journal.pack_checkpoint_entry(_checkpoint("c1", None, "1")),
                        journal.pack_checkpoint_entry(_checkpoint("c2", "c1", "2")))
-    _, checkpoints, heads = journal._plan(ctx, entries).statements(ctx)
+    _, checkpoints, heads = plan(ctx, entries).statements(ctx)
     assert [r[2] for r in _rows(checkpoints)] == ["c1", "c2"]
     assert _rows(heads) == [(THREAD, "", "c2")]
 
@@ -127,7 +129,7 @@ def test_a_batch_dedupes_writes_first_wins_special_last_wins(ctx: Context) -> No
         _writes("c1", (0, "x", b"second"), (-3, "__interrupt__", b"second-special")),
     )
     st = ctx.statements
-    writes, special, heads = journal._plan(ctx, entries).statements(ctx)
+    writes, special, heads = plan(ctx, entries).statements(ctx)
     assert writes.query == st.flush_writes_sql and special.query == st.flush_special_writes_sql
     assert [r[7] for r in _rows(writes)] == [b"first"]
     assert [r[7] for r in _rows(special)] == [b"second-special"]
@@ -140,5 +142,5 @@ def test_entries_are_planned_in_stream_order_whatever_order_they_arrive_in(
     so the special write that wins is the one journaled last, not the one listed last."""
     entries = _entries(_writes("c1", (-3, "__interrupt__", b"journaled-first")),
                        _writes("c1", (-3, "__interrupt__", b"journaled-last")))
-    special, _ = journal._plan(ctx, list(reversed(entries))).statements(ctx)
+    special, _ = plan(ctx, list(reversed(entries))).statements(ctx)
     assert [r[7] for r in _rows(special)] == [b"journaled-last"]

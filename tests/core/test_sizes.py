@@ -13,7 +13,7 @@ FUNCTION_LINES = 80
 
 # The modules that are still longer. The list only shrinks: a module that gets under the
 # limit leaves it (the last test says so), and none joins it.
-LONG_MODULES = {"_core/journal.py"}
+LONG_MODULES: set[str] = set()
 # The functions that are still longer ("module.py:name"), on the same terms.
 LONG_FUNCTIONS: set[str] = set()
 

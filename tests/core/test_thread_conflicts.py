@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_durable._core import journal, ops
+from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
+from langgraph_durable._core.journal.entries import decode
 from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable._core.lineage import RUN_KEY
 from langgraph_durable._core.scripts.registry import Reply
@@ -138,7 +139,7 @@ def test_write_behind_put_on_the_head_is_one_journaled_script(
     blob_pairs = int(request.args[13])
     assert len(request.args) == 14 + 2 * blob_pairs + 4, "the script finds its entry there"
     payload, member, bound, byte_bound = request.args[-4:]
-    entry = journal._decode([b"1-0", [b"d", payload]])
+    entry = decode([b"1-0", [b"d", payload]])
     assert (entry.kind, entry.thread_id, entry.ns, entry.checkpoint_id) == (
         "c", THREAD, "", checkpoint_id)
     assert member == keys.unflushed_member("", checkpoint_id)
