@@ -17,7 +17,8 @@ import redis.asyncio
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.errors import ConfigurationError
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value
+from tests.support.checkpoints import put_value
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 THREAD = {"configurable": {"thread_id": "t-byo", "checkpoint_ns": ""}}
 

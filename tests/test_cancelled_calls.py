@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from langgraph_durable import DurableSaver
-from tests.conftest import aput_value
+from tests.support.checkpoints import aput_value
 
 CALLS = 3000
 AT_ONCE = 8

@@ -3,11 +3,11 @@ and restarted, Postgres cut, asyncio cancellations (mid-tool too), a fork and re
 the command line while calls run, a supervisor with parallel worker agents among the
 workloads, under LangGraph durability sync, async and exit, with and without
 ``handle_tool_errors`` and durable model calls. `make chaos` runs the same harness with 200
-kills (`python -m tests.chaos`)."""
+kills (`python -m tests.support.chaos`)."""
 
 from __future__ import annotations
 
-from tests.chaos import MODES, soak
+from tests.support.chaos import MODES, soak
 
 KILLS = 12
 

@@ -25,15 +25,15 @@ from typer.testing import CliRunner, Result
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.cli import app
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, drop_schema
-from tests.graphs import (
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import (
     CHARGE_CALL,
     approval_graph,
     charge_card_graph,
     chat_graph,
     subgraph_graph,
 )
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_schema
 
 
 @pytest.fixture
@@ -300,7 +300,7 @@ def test_ledger_shows_the_key_of_a_call_in_progress(cli: Callable[..., Result],
     """While another process runs a durable call, `ledger` lists it as started and prints
     its key under the table (the key `saver.ledger.resolve` would take)."""
     thread = thread_id()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.slow_call", saver.config.schema,
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.slow_call", saver.config.schema,
                              saver.config.key_prefix, thread], stdout=subprocess.PIPE,
                             cwd=Path(__file__).parent.parent,
                             stderr=subprocess.PIPE, text=True,

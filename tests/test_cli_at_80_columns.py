@@ -19,8 +19,8 @@ from typer.testing import Result
 
 from langgraph_durable import DurableSaver, durable_tool
 from langgraph_durable._cli import views
-from tests.cli_runner import cli_for
-from tests.graphs import chat_graph, subgraph_graph
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import chat_graph, subgraph_graph
 
 
 @pytest.fixture

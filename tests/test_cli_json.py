@@ -15,10 +15,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from typer.testing import Result
 
 from langgraph_durable import DurableSaver
-from tests.cli_runner import cli_for
-from tests.conftest import put_value
-from tests.graphs import CHARGE_CALL, approval_graph, charge_card_graph, chat_graph
-from tests.test_dead_letters import _refusing
+from tests.support.checkpoints import put_value, refusing
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import CHARGE_CALL, approval_graph, charge_card_graph, chat_graph
 
 THREAD_FIELDS = {"thread_id", "checkpoints", "namespaces", "bytes", "last_update", "in_redis",
                  "in_postgres", "unflushed"}
@@ -228,7 +227,7 @@ def test_dead_letters_list_json(namespace: tuple[str, str],
     saver = make_saver(write_mode="behind", flush_interval=3600.0)
     cli = cli_for(namespace)
     refused = odd_thread()
-    with _refusing(saver, refused):
+    with refusing(saver, refused):
         config = put_value(saver, refused, "refused value")
         saver.flush()
     doc = document(cli("dead-letters", "list", "--json"))

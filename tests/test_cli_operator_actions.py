@@ -19,9 +19,9 @@ from langchain_core.messages import HumanMessage
 from typer.testing import Result
 
 from langgraph_durable import DurableSaver, ToolOutcomeUncertainError, durable_tool
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL
-from tests.graphs import chat_graph, model_then_tool_graph
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import chat_graph, model_then_tool_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def killed_calls(namespace: tuple[str, str]) -> Iterator[dict[str, str]]:
     threads = {name: f"wire-{name}-{uuid.uuid4().hex[:6]}"
                for name in ("succeeded", "failed", "retry")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.slow_call", schema, prefix, *threads.values()],
+        [sys.executable, "-m", "tests.support.slow_call", schema, prefix, *threads.values()],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent,
         env={**os.environ, "LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL})
     try:

@@ -11,8 +11,9 @@ import sys
 import uuid
 
 from langgraph_durable import DurableSaver
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value
+from tests.support.checkpoints import put_value
+from tests.support.cli_runner import cli_for
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 def _piped(namespace: tuple[str, str], *args: str) -> subprocess.CompletedProcess[str]:

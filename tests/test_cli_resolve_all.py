@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool
 from typer.testing import Result
 
 from langgraph_durable import DurableSaver, ToolOutcomeUncertainError, durable_tool
-from tests.cli_runner import cli_for
+from tests.support.cli_runner import cli_for
 
 
 @pytest.fixture

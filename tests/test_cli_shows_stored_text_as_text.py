@@ -17,8 +17,8 @@ from langgraph.prebuilt import ToolNode
 from typer.testing import Result
 
 from langgraph_durable import DurableSaver, durable_tool
-from tests.cli_runner import cli_for
-from tests.graphs import approval_graph, chat_graph
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import approval_graph, chat_graph
 
 TRICKY = ["chat-[/]", "[bold]x[/bold]", "[link=http://x]y[/link]", "emoji :thumbs_up:"]
 

@@ -8,11 +8,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import pytest
 import redis
 from typer.testing import CliRunner, Result
@@ -23,25 +21,12 @@ from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.records import Location, StoredCheckpoint
 from langgraph_durable.cli import app
 from langgraph_durable.flusher import run_flusher
-from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints, put_value
+from tests.support.checkpoints import cold_checkpoints, put_value, refusing
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 
 IDLE = 3600.0  # a flush interval that keeps the in-process flusher from draining
-
-
-@contextmanager
-def _refusing(saver: DurableSaver, thread: str) -> Iterator[None]:
-    """Postgres refuses checkpoints of ``thread`` (a constraint) while inside."""
-    table = f'"{saver.config.schema}".lgd_checkpoints'
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT lgd_test_refuse "
-                     f"CHECK (thread_id <> '{thread}')")
-    try:
-        yield
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT lgd_test_refuse")
 
 
 def _poison(saver: DurableSaver, thread_id: str, metadata: str) -> None:
@@ -111,7 +96,7 @@ def test_retry_after_the_cause_is_fixed_reaches_postgres(
     unknown id is a one-line error. The flusher logs a warning naming the entry."""
     saver = make_saver(flush_interval=IDLE)
     refused, other = f"refused-{uuid.uuid4()}", f"t-{uuid.uuid4()}"
-    with _refusing(saver, refused), caplog.at_level(logging.WARNING, "langgraph_durable"):
+    with refusing(saver, refused), caplog.at_level(logging.WARNING, "langgraph_durable"):
         put_value(saver, refused, refused)
         put_value(saver, other, other)
         saver.flush()

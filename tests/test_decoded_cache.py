@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from langgraph_durable import DurableSaver
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
 
 
 def test_cache_serves_repeat_reads_and_sees_other_writers(make_saver: Any) -> None:

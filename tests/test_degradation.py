@@ -14,16 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import redis
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver, TierUnavailableError
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, postgres_address
-from tests.faults import Proxy, private_redis
-from tests.graphs import chat_graph
+from tests.support.checkpoints import cold_ids
+from tests.support.cli_runner import cli_for
+from tests.support.faults import Proxy, private_redis
+from tests.support.graphs import chat_graph
+from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, postgres_address
 
 
 def _saver(namespace: tuple[str, str], write_mode: str, redis_url: str,
@@ -156,20 +156,13 @@ def proxy() -> Iterator[Proxy]:
     p.cut()
 
 
-def _cold_ids(schema: str, thread: str) -> set[str]:
-    with psycopg.connect(POSTGRES_URL) as conn:
-        rows = conn.execute(f'SELECT checkpoint_id FROM "{schema}".lgd_checkpoints '
-                            "WHERE thread_id = %s", (thread,)).fetchall()
-    return {r[0] for r in rows}
-
-
 @pytest.mark.parametrize("write_mode", ["behind"])
 def test_postgres_down_write_behind_accepts_up_to_bound_then_drains(
     namespace: tuple[str, str], write_mode: str, proxy: Proxy
 ) -> None:
     """Postgres unreachable: write-behind keeps acknowledging writes up to max_unflushed,
     then raises TierUnavailableError; once Postgres is back, everything acknowledged drains."""
-    from tests.conftest import REDIS_URL
+    from tests.support.servers import REDIS_URL
 
     saver = _saver(namespace, write_mode, REDIS_URL, proxy.url(POSTGRES_DATABASE), max_unflushed=20,
                    flush_interval=0.05)
@@ -186,7 +179,7 @@ def test_postgres_down_write_behind_accepts_up_to_bound_then_drains(
     assert _value(saver, thread) == "v19"  # served from Redis meanwhile
     proxy.restore()
     saver.flush(timeout=30)
-    assert _cold_ids(namespace[0], thread) == set(acked)
+    assert cold_ids(namespace[0], thread) == set(acked)
     saver.close()
 
 
@@ -196,7 +189,7 @@ def test_postgres_down_write_through_raises_and_leaves_no_partial_state(
 ) -> None:
     """Postgres unreachable: a write-through put raises TierUnavailableError and neither
     tier shows it, then or after Postgres returns."""
-    from tests.conftest import REDIS_URL
+    from tests.support.servers import REDIS_URL
 
     saver = _saver(namespace, write_mode, REDIS_URL, proxy.url(POSTGRES_DATABASE))
     thread = f"t-{uuid.uuid4()}"
@@ -208,7 +201,7 @@ def test_postgres_down_write_through_raises_and_leaves_no_partial_state(
     assert info.value.tier == "cold"
     proxy.restore()
     assert _value(saver, thread) == "committed"
-    assert _cold_ids(namespace[0], thread) == {first["configurable"]["checkpoint_id"]}
+    assert cold_ids(namespace[0], thread) == {first["configurable"]["checkpoint_id"]}
     saver.close()
 
 

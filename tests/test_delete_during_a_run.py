@@ -17,8 +17,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.keys import Layout
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value, value_put_args, wait_for_row_lock
+from tests.support.checkpoints import put_value, value_put_args, wait_for_row_lock
+from tests.support.cli_runner import cli_for
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 TABLES = ("lgd_checkpoints", "lgd_writes", "lgd_blobs", "lgd_heads")
 

@@ -8,7 +8,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from langgraph_durable import DurableSaver
-from tests.graphs import delta_graph
+from tests.support.graphs import delta_graph
 
 
 def _thread(saver: DurableSaver, turns: int) -> dict[str, Any]:

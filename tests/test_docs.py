@@ -18,7 +18,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.conftest import POSTGRES_URL, postgres_url, redis_url
+from tests.support.servers import POSTGRES_URL, postgres_url, redis_url
 
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

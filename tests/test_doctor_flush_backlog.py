@@ -12,8 +12,8 @@ from typer.testing import Result
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._cli.doctor import stale_after
-from tests.cli_runner import cli_for
-from tests.graphs import chat_graph
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import chat_graph
 
 
 @pytest.fixture

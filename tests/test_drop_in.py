@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from langgraph_durable import DurableSaver, ThreadConflictError
-from tests.graphs import delta_graph, subgraph_graph
+from tests.support.graphs import delta_graph, subgraph_graph
 
 # What LangGraph itself puts in a returned config's configurable.
 LANGGRAPH_KEYS = {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint_map"}

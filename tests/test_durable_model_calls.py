@@ -2,7 +2,7 @@
 asked for, and resumed in a new process, pays for no model call twice and charges once.
 
 The model counts its calls outside the saver and mints new random tool-call ids; the
-payment provider counts attempts and dedupes charges by key (`tests/model_calls_app.py`).
+payment provider counts attempts and dedupes charges by key (`tests/support/model_calls_app.py`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pydantic import Field
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.models import durable_model
-from tests import model_calls_app as app
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support import model_calls_app as app
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 ROOT = Path(__file__).parent.parent
 
@@ -42,8 +42,8 @@ def run(schema: str, prefix: str, thread_id: str, write_mode: str, durability: s
         model_calls: bool, kill_at: str) -> subprocess.CompletedProcess[str]:
     """One process of the app; a killed one returns -9."""
     return subprocess.run(
-        [sys.executable, "-m", "tests.model_calls_app", schema, prefix, thread_id, write_mode,
-         durability, "on" if model_calls else "off", kill_at],
+        [sys.executable, "-m", "tests.support.model_calls_app", schema, prefix, thread_id,
+         write_mode, durability, "on" if model_calls else "off", kill_at],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 

@@ -340,7 +340,7 @@ def test_durable_saver_embedded_keeps_state_across_restarts(data_root: Path) -> 
     """embedded_saver() runs a graph on its own servers, stops them on close, and a second
     saver on the same data dir resumes the thread."""
     from langgraph_durable.embedded import embedded_saver
-    from tests.graphs import chat_graph
+    from tests.support.graphs import chat_graph
 
     data_dir = data_root / "saver"
     config = {"configurable": {"thread_id": "embedded-thread"}}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +16,7 @@ SCRIPT = """
 import asyncio, sys
 from langchain_core.messages import HumanMessage
 from langgraph_durable import DurableSaver
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
 
 redis_url, postgres_url, prefix, schema, mode = sys.argv[1:]
 saver = DurableSaver(redis_url, postgres_url, key_prefix=prefix, schema=schema, write_mode=mode)

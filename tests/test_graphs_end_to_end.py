@@ -10,7 +10,7 @@ import pytest
 from langgraph.types import Command
 
 from langgraph_durable import DurableSaver
-from tests.graphs import approval_graph, chat_graph, fan_out_graph, subgraph_graph
+from tests.support.graphs import approval_graph, chat_graph, fan_out_graph, subgraph_graph
 
 
 def _config() -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import ConfigurationError, DurableSaver, SerializationError
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
 
 HOSTILE_IDS = [
     "quote'); DROP TABLE lgd_checkpoints; --",

@@ -10,8 +10,8 @@ import redis
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.keys import ThreadKeys
-from tests.conftest import REDIS_URL
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
+from tests.support.servers import REDIS_URL
 
 
 def test_hot_tier_keeps_a_bounded_history(make_saver: Any) -> None:

@@ -12,7 +12,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import CorruptStateError, DurableSaver
 from langgraph_durable._core.keys import ThreadKeys
-from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_prefix
 
 
 def _flip(data: bytes) -> bytes:

@@ -15,8 +15,9 @@ import redis
 from langgraph_durable import DurableSaver, TierUnavailableError
 from langgraph_durable._core import journal
 from langgraph_durable._core.keys import Layout
-from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix, put_value
-from tests.graphs import delta_graph
+from tests.support.checkpoints import put_value
+from tests.support.graphs import delta_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_prefix
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 

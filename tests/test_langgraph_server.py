@@ -38,8 +38,8 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_durable import ConfigurationError, DurableSaver, LedgerRecord
 from langgraph_durable.server import checkpointer, saver_options
 from langgraph_durable.tools import _wrapped_saver
-from tests.conftest import POSTGRES_URL, REDIS_URL
-from tests.graphs import delta_graph
+from tests.support.graphs import delta_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "examples" / "langgraph-server"

@@ -11,7 +11,8 @@ import redis
 from langgraph_durable import DurableSaver, SerializationError
 from langgraph_durable._core.codec import COMPRESSED
 from langgraph_durable._core.keys import ThreadKeys, blob_field
-from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints, put_value
+from tests.support.checkpoints import cold_checkpoints, put_value
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 LARGE = "a line of conversation that repeats, as transcripts do. " * 6000  # ~340 kB
 

@@ -10,7 +10,7 @@ import pytest
 from langgraph_durable._tiers import clients
 from langgraph_durable._tiers.loop_pool import LoopPool
 from langgraph_durable.config import SaverConfig
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 def test_options_the_pool_cannot_honour_are_refused() -> None:

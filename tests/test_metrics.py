@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.metrics import instrument, logger
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
 
 
 def collect(source: Any, **options: Any) -> dict[str, list[tuple[dict[str, Any], float]]]:

@@ -4,7 +4,7 @@ committed executed.
 Each is executed by nbclient in a fresh kernel of this interpreter, with LGD_REDIS_URL and
 LGD_POSTGRES_URL pointing at the test servers; every notebook creates its own schema and
 key prefix, asserts what it claims, and drops them at the end. Executing never rewrites
-the committed file, which carries the outputs of a run (``python -m tests.notebook_runner``
+the committed file, which carries the outputs of a run (``python -m tests.support.notebook_runner``
 refreshes them) and nothing of the machine that ran it.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import POSTGRES_URL, REDIS_URL
-from tests.notebook_runner import NOTEBOOKS, execute, machine_details
+from tests.support.notebook_runner import NOTEBOOKS, execute, machine_details
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -76,7 +76,7 @@ def test_committed_notebook_has_its_outputs_and_names_no_machine(path: Path) -> 
     notebook = nbformat.read(path, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), (
-        f"{path.name} is not committed executed: run python -m tests.notebook_runner")
+        f"{path.name} is not committed executed: run python -m tests.support.notebook_runner")
     outputs = [output for cell in code for output in cell.outputs]
     assert outputs and not [o for o in outputs if o.output_type == "error"]
     for cell in code:

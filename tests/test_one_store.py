@@ -23,9 +23,9 @@ from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailable
 from langgraph_durable._core import journal, ops
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot
-from tests.conftest import POSTGRES_URL, REDIS_URL, redis_address
-from tests.faults import Proxy
-from tests.graphs import chat_graph
+from tests.support.faults import Proxy
+from tests.support.graphs import chat_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL, redis_address
 
 
 def _config(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -595,7 +595,8 @@ def test_a_mark_committed_after_a_newer_one_is_still_applied(
     would for a slow round trip); meanwhile another process applies the marks it sees,
     the newer mark on Y, and records that number as applied. X's mark, committed below the
     number applied, must still be applied: the other process must not serve X's older hot
-    copy past ``stale_poll_interval`` (found by the real-process checker, `tests/checker`)."""
+    copy past ``stale_poll_interval`` (found by the real-process checker,
+    `tests/support/checker`)."""
     schema, _ = namespace
     proxy = Proxy(redis_address())
     proxy.start()

@@ -19,9 +19,9 @@ from typer.testing import Result
 from langgraph_durable import DurableSaver
 from langgraph_durable.config import SaverConfig, mask_url
 from langgraph_durable.errors import ConfigurationError
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, postgres_url
-from tests.faults import PrivateRedis, private_redis
+from tests.support.cli_runner import cli_for
+from tests.support.faults import PrivateRedis, private_redis
+from tests.support.servers import POSTGRES_URL, postgres_url
 
 SECRET = "S3cret-Zq9"
 REDIS_PASSWORD = "R3dis-Zq9"

@@ -12,15 +12,10 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_durable import DurableSaver
-from tests.conftest import (
-    POSTGRES_URL,
-    REDIS_URL,
-    cold_checkpoints,
-    postgres_address,
-    put_value,
-)
-from tests.deployment_servers import pgbouncer_args, process
-from tests.faults import Proxy, free_port
+from tests.support.checkpoints import cold_checkpoints, put_value
+from tests.support.deployment_servers import pgbouncer_args, process
+from tests.support.faults import Proxy, free_port
+from tests.support.servers import POSTGRES_URL, REDIS_URL, postgres_address
 
 pytestmark = pytest.mark.timeout(120)
 

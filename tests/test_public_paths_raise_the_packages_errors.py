@@ -20,7 +20,8 @@ from langgraph_durable import (
 from langgraph_durable._core import journal
 from langgraph_durable._core.keys import Layout
 from langgraph_durable.flusher import Sweeper
-from tests.conftest import REDIS_URL, put_value, value_put_args
+from tests.support.checkpoints import put_value, value_put_args
+from tests.support.servers import REDIS_URL
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 

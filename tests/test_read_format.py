@@ -11,8 +11,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from langgraph_durable import DurableSaver
-from tests.conftest import POSTGRES_URL
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
+from tests.support.servers import POSTGRES_URL
 
 
 def _rows(query: Any, params: dict[str, Any], *, binary: bool) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The real-process checker (`tests/checker`), short: worker processes on shared threads
+"""The real-process checker (`tests/support/checker`), short: worker processes on shared threads
 under a nemesis (links cut and slowed, Postgres cut, processes paused and killed, Redis
 restarted, keys evicted), in each write mode, then the history check finds no violation.
 `make chaos` runs it long (``CHECKER_SECONDS``)."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.checker.run import run
-from tests.conftest import EMBEDDED
+from tests.support.checker.run import run
+from tests.support.servers import EMBEDDED
 
 SECONDS = 20.0  # per write mode: with setup, healing and the final reads, under a minute
 

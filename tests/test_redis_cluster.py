@@ -1,5 +1,5 @@
 """The saver on a Redis Cluster (a private one of three primaries with a replica each,
-`tests/cluster.py`): detection, the conformance suite in both write modes, write-behind
+`tests/support/cluster.py`): detection, the conformance suite in both write modes, write-behind
 with its sharded journal, the ledger, the CLI, hostile thread ids, and a primary killed
 mid-run."""
 
@@ -28,12 +28,13 @@ from langgraph_durable._tiers import sync
 from langgraph_durable._tiers.common import told
 from langgraph_durable.cli import app
 from langgraph_durable.config import SaverConfig
-from tests.cluster import TestCluster
-from tests.conftest import POSTGRES_URL, REDIS_URL, aput_value, cold_checkpoints, put_value
-from tests.graphs import CHARGE_CALL, charge_card_graph, chat_graph
-from tests.test_conformance import SyncMethods
-from tests.test_crash_write_behind import kill_workers
-from tests.test_tls_and_rotating_credentials import RotatingCredentials
+from tests.support.checkpoints import aput_value, cold_checkpoints, put_value
+from tests.support.cluster import TestCluster
+from tests.support.credentials import RotatingCredentials
+from tests.support.graphs import CHARGE_CALL, charge_card_graph, chat_graph
+from tests.support.kills import kill_workers
+from tests.support.servers import POSTGRES_URL, REDIS_URL
+from tests.support.sync_methods import SyncMethods
 
 
 @pytest.fixture

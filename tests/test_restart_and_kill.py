@@ -16,9 +16,9 @@ import redis
 from langgraph_durable import DurableSaver
 from langgraph_durable._core import ops
 from langgraph_durable._core.keys import ThreadKeys
-from tests.conftest import REDIS_URL, drop_prefix
-from tests.graphs import approval_graph, chat_graph
-from tests.kill_worker import build
+from tests.support.graphs import approval_graph, chat_graph
+from tests.support.kill_worker import build
+from tests.support.servers import REDIS_URL, drop_prefix
 
 ROOT = Path(__file__).parent.parent
 
@@ -101,7 +101,7 @@ def test_killed_process_resumes_from_last_acknowledged_checkpoint(
     for attempt in range(3):
         thread = f"kill-{uuid.uuid4()}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.kill_worker", thread, schema, prefix,
+            [sys.executable, "-m", "tests.support.kill_worker", thread, schema, prefix,
              saver.config.write_mode, "200"],
             cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )

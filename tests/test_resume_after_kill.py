@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests import forked
-from tests.graphs import chat_graph
-from tests.kill_point_worker import FIRST, SECOND, close_saver, main, open_saver
+from tests.support import forked
+from tests.support.graphs import chat_graph
+from tests.support.kill_point_worker import FIRST, SECOND, close_saver, main, open_saver
 
 SAVERS = ("postgres", "through", "behind")
 THIRD = "third"

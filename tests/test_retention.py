@@ -21,9 +21,10 @@ from langgraph_durable import DurableSaver, Retention, SweepReport
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.flusher import run_flusher
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, REDIS_URL, put_value
-from tests.graphs import approval_graph, delta_graph
+from tests.support.checkpoints import put_value
+from tests.support.cli_runner import cli_for
+from tests.support.graphs import approval_graph, delta_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 DAY = 86400.0
 

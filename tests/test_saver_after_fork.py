@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from langgraph_durable import DurableSaver, ToolCallInProgressError, durable_tool
-from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
+from tests.support.checkpoints import cold_checkpoints, put_value
+from tests.support.servers import POSTGRES_URL
 
 LEASE = 1.0
 

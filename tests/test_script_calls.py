@@ -20,7 +20,7 @@ from langgraph_durable._core.scripts import shards, thread
 from langgraph_durable._core.scripts.registry import SCRIPTS, Reply
 from langgraph_durable._tiers.common import Scripts
 from langgraph_durable.errors import TierUnavailableError
-from tests.conftest import REDIS_URL
+from tests.support.servers import REDIS_URL
 
 RAN: set[str] = set()  # the scripts the tests of this module ran
 TTL = 60_000

@@ -21,10 +21,11 @@ import redis
 
 from langgraph_durable import DurableSaver, Retention
 from langgraph_durable.errors import TierUnavailableError
-from tests.cli_runner import cli_for
-from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
-from tests.deployment_servers import pings, process, redis_args, redis_binary, wait_until
-from tests.faults import Proxy, free_port
+from tests.support.checkpoints import cold_checkpoints, put_value
+from tests.support.cli_runner import cli_for
+from tests.support.deployment_servers import pings, process, redis_args, redis_binary, wait_until
+from tests.support.faults import Proxy, free_port
+from tests.support.servers import POSTGRES_URL
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from langgraph_durable import DurableSaver, SchemaVersionError
-from tests.conftest import POSTGRES_URL, REDIS_URL, drop_schema
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_schema
 
 ROOT = Path(__file__).parent.parent
 

@@ -1,5 +1,5 @@
 """The coherence simulation (`tests/test_simulation.py`) against the private Redis Cluster
-of `tests/cluster.py`: the same seeded interleavings and faults, with the cluster's
+of `tests/support/cluster.py`: the same seeded interleavings and faults, with the cluster's
 sharded key layout, scripts routed by slot, and batches split per node. Also the sharded
 layout on the single node, where the seeds run faster.
 
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster import TestCluster
-from tests.conftest import REDIS_URL
-from tests.sim.scheduler import Env
-from tests.test_simulation import explain, run_seed, sim_env
+from tests.support.cluster import TestCluster
+from tests.support.servers import REDIS_URL
+from tests.support.sim.scheduler import Env
+from tests.support.sim.seeds import explain, run_seed, sim_env
 
 SEEDS = int(os.environ.get("LGD_SIM_CLUSTER_SEEDS", "40"))
 

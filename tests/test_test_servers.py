@@ -17,7 +17,7 @@ from pathlib import Path
 PROBE = '''
 import json, os, subprocess, sys
 import psycopg, redis
-from tests.conftest import EMBEDDED, POSTGRES_URL, REDIS_URL
+from tests.support.servers import EMBEDDED, POSTGRES_URL, REDIS_URL
 
 def test_probe():
     assert EMBEDDED is not None and EMBEDDED.running
@@ -25,7 +25,8 @@ def test_probe():
     with psycopg.connect(POSTGRES_URL) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
     child = subprocess.run(
-        [sys.executable, "-c", "from tests.conftest import POSTGRES_URL; print(POSTGRES_URL)"],
+        [sys.executable, "-c",
+         "from tests.support.servers import POSTGRES_URL; print(POSTGRES_URL)"],
         capture_output=True, text=True, check=True)
     with open(os.environ["PROBE_OUT"], "w") as out:
         json.dump({"folder": str(EMBEDDED.data_dir.parent), "redis": REDIS_URL,

@@ -15,7 +15,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.lineage import RUN_KEY
-from tests.conftest import POSTGRES_URL, put_value, wait_for_row_lock
+from tests.support.checkpoints import put_value, wait_for_row_lock
+from tests.support.servers import POSTGRES_URL
 
 
 def test_a_put_committed_during_delete_for_runs_stays_the_head(

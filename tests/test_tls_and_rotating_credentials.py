@@ -5,7 +5,6 @@ connection, and libpq's ``sslmode`` passed through."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,23 +12,23 @@ import psycopg
 import pytest
 import redis
 from redis.backoff import NoBackoff
-from redis.credentials import CredentialProvider
 from redis.retry import Retry
 
 from langgraph_durable import ConfigurationError, DurableSaver
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import DurableError
-from tests.cli_runner import cli_for
-from tests.conftest import (
+from tests.support.checkpoints import put_value
+from tests.support.cli_runner import cli_for
+from tests.support.credentials import RotatingCredentials
+from tests.support.deployment_servers import TlsRedis, pings, process, redis_args, tls_redis
+from tests.support.faults import Proxy, free_port
+from tests.support.servers import (
     POSTGRES_DATABASE,
     POSTGRES_URL,
     REDIS_URL,
     postgres_address,
     postgres_url,
-    put_value,
 )
-from tests.deployment_servers import TlsRedis, pings, process, redis_args, tls_redis
-from tests.faults import Proxy, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,20 +109,6 @@ def test_doctor_checks_a_tls_redis_with_the_url_settings(
     result = cli_for(namespace)("doctor", "--redis-url", url)
     line = next(line for line in result.stdout.splitlines() if f":{tls.port}/0" in line)
     assert "Redis" in line and "✔" in line, result.output
-
-
-class RotatingCredentials(CredentialProvider):
-    """Hands out the current user and password, as a token provider would; counts calls."""
-
-    def __init__(self, user: str, password: str) -> None:
-        self.user, self.password = user, password
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def get_credentials(self) -> tuple[str, str]:
-        with self._lock:
-            self.calls += 1
-            return self.user, self.password
 
 
 def test_credential_provider_authenticates_every_redis_connection_and_follows_rotation(

@@ -36,9 +36,9 @@ from langgraph_durable import (
 )
 from langgraph_durable._core.ledger.keys import derive_key
 from langgraph_durable._tiers.host import owner_gone, process_owner
-from tests import ledger_app as app
-from tests.conftest import POSTGRES_URL
-from tests.graphs import model_then_tool_graph
+from tests.support import ledger_app as app
+from tests.support.graphs import model_then_tool_graph
+from tests.support.servers import POSTGRES_URL
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore:.*create_react_agent.*")

@@ -22,8 +22,8 @@ import pytest
 from langgraph.types import Command
 
 from langgraph_durable import DurableSaver, ToolOutcomeUncertainError
-from tests import ledger_app as app
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support import ledger_app as app
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore:.*create_react_agent.*")
@@ -64,7 +64,7 @@ def crashed(namespace: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
         signal_file = tmp / f"{name}.ready"
         log = (tmp / f"{name}.log").open("w")
         procs[scenario] = (thread, signal_file, log, subprocess.Popen(
-            [sys.executable, "-m", "tests.ledger_app", schema, prefix, thread, scenario[0],
+            [sys.executable, "-m", "tests.support.ledger_app", schema, prefix, thread, scenario[0],
              scenario[1], str(signal_file)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     deadline = time.monotonic() + 90
     try:
@@ -249,7 +249,7 @@ def test_two_processes_claim_one_call(namespace: tuple[str, str], tmp_path: Path
     thread = f"race-{uuid.uuid4().hex[:6]}"
     outs = [tmp_path / "one", tmp_path / "two"]
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "tests.ledger_app", schema, prefix, thread, "-", "race",
+        [sys.executable, "-m", "tests.support.ledger_app", schema, prefix, thread, "-", "race",
          str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for out in outs]
     deadline = time.monotonic() + 60

@@ -17,8 +17,8 @@ from langgraph_durable._core import ledger
 from langgraph_durable._core.ledger.keys import derive_key
 from langgraph_durable._core.requests import Cold
 from langgraph_durable._core.sql.ledger import statements
-from tests.conftest import POSTGRES_DATABASE, REDIS_URL, postgres_address
-from tests.faults import Proxy, lose_reply
+from tests.support.faults import Proxy, lose_reply
+from tests.support.servers import POSTGRES_DATABASE, REDIS_URL, postgres_address
 
 
 def _spec(saver: DurableSaver, thread: str, **policy: Any) -> ledger.CallSpec:

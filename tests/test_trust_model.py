@@ -38,7 +38,7 @@ from langgraph_durable import (
 )
 from langgraph_durable._core.codec import encode_frame
 from langgraph_durable._core.keys import Layout, ThreadKeys
-from tests.conftest import POSTGRES_URL, REDIS_URL, drop_prefix
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_prefix
 
 SECRET = "correct horse battery staple"
 K1, K2 = os.urandom(32), os.urandom(32)

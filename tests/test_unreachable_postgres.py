@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableError
-from tests.conftest import REDIS_URL, postgres_url
-from tests.faults import free_port
+from tests.support.faults import free_port
+from tests.support.servers import REDIS_URL, postgres_url
 
 ROOT = Path(__file__).resolve().parents[1]
 

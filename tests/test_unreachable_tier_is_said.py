@@ -12,8 +12,9 @@ import uuid
 import pytest
 
 from langgraph_durable import DurableSaver, TierUnavailableError
-from tests.conftest import POSTGRES_URL, put_value, redis_address
-from tests.faults import Proxy, free_port
+from tests.support.checkpoints import put_value
+from tests.support.faults import Proxy, free_port
+from tests.support.servers import POSTGRES_URL, redis_address
 
 PASSWORD = "hunter2-never-shown"
 

@@ -18,7 +18,8 @@ from langgraph_durable import (
     WriteRejectedError,
 )
 from langgraph_durable._core.keys import MAX_ID_BYTES, MAX_NAME_BYTES
-from tests.conftest import POSTGRES_URL, cold_checkpoints, put_value
+from tests.support.checkpoints import cold_checkpoints, put_value
+from tests.support.servers import POSTGRES_URL
 
 
 @pytest.mark.parametrize(("metadata", "where"), [

@@ -24,8 +24,9 @@ from langgraph_durable._core.scripts import shards
 from langgraph_durable._core.scripts.registry import SCRIPTS
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig
-from tests.conftest import POSTGRES_URL, REDIS_URL, aput_value, put_value
-from tests.faults import private_redis
+from tests.support.checkpoints import aput_value, put_value
+from tests.support.faults import private_redis
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 def _landed(redis_url: str, prefix: str, thread_id: str) -> tuple[list[bytes], list[bytes]]:

@@ -18,8 +18,9 @@ from langgraph_durable._core import journal
 from langgraph_durable._core.keys import Layout, ThreadKeys
 from langgraph_durable._core.requests import Hot
 from langgraph_durable.flusher import run_flusher
-from tests.conftest import POSTGRES_URL, REDIS_URL, cold_checkpoints, put_value
-from tests.graphs import chat_graph
+from tests.support.checkpoints import cold_checkpoints, put_value
+from tests.support.graphs import chat_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,7 +197,7 @@ def test_a_script_that_exits_without_close_still_flushes(
     thread = f"t-{uuid.uuid4()}"
     code = (
         "from langgraph_durable import DurableSaver\n"
-        "from tests.graphs import chat_graph\n"
+        "from tests.support.graphs import chat_graph\n"
         f"s = DurableSaver({REDIS_URL!r}, {POSTGRES_URL!r}, schema={schema!r}, "
         f"key_prefix={prefix!r}, write_mode='behind', flush_interval=3600)\n"
         f"chat_graph(s).invoke({{'messages': [('user', 'hi')]}}, "

@@ -1,4 +1,4 @@
-"""Command line of the real-process checker: ``python -m tests.checker --help``."""
+"""Command line of the real-process checker: ``python -m tests.support.checker --help``."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.checker.run import SCENARIOS, run
+from tests.support.checker.run import SCENARIOS, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.checker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.checker", description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="length of the run, split between the write modes")
     parser.add_argument("--seed", type=int, default=1)

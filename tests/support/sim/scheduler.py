@@ -19,7 +19,7 @@ import psycopg
 import redis
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from tests.sim.core import (
+from tests.support.sim.core import (
     Cold,
     Context,
     Hot,
@@ -40,7 +40,7 @@ from tests.sim.core import (
     recover_hot,
     run,
 )
-from tests.sim.workload import (
+from tests.support.sim.workload import (
     Actor,
     Call,
     Record,

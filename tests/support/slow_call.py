@@ -1,6 +1,6 @@
 """A process whose durable ``wire_money`` calls hang until it is killed.
 
-``python -m tests.slow_call SCHEMA PREFIX THREAD...`` starts one call per thread (call id
+``python -m tests.support.slow_call SCHEMA PREFIX THREAD...`` starts one call per thread (call id
 ``call_w``, 100 cents), prints ``calling`` as each starts, and sleeps: the caller reads the
 lines, then inspects the started calls or kills the process mid-call.
 """

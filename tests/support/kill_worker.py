@@ -1,6 +1,6 @@
 """A worker process for crash tests: runs a graph and reports every acknowledged checkpoint.
 
-    python -m tests.kill_worker THREAD_ID SCHEMA PREFIX WRITE_MODE STEPS [REDIS_URL]
+    python -m tests.support.kill_worker THREAD_ID SCHEMA PREFIX WRITE_MODE STEPS [REDIS_URL]
 
 Prints ``ack <checkpoint_id>`` (flushed) after each ``put`` returned, so the test knows
 what the saver acknowledged before it sends SIGKILL.
@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import DurableSaver
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 class Counter(TypedDict):

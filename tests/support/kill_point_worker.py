@@ -1,6 +1,6 @@
 """A process that SIGKILLs itself at an exact point of a graph run, for comparing savers.
 
-    python -m tests.kill_point_worker SAVER SCHEMA PREFIX THREAD STEP WHEN
+    python -m tests.support.kill_point_worker SAVER SCHEMA PREFIX THREAD STEP WHEN
 
 SAVER is ``postgres`` (LangGraph's `PostgresSaver`) or ``through`` / ``behind`` (a
 `DurableSaver` in that write mode). The process runs two turns of `chat_graph` on THREAD
@@ -25,8 +25,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_durable import DurableSaver
-from tests.conftest import POSTGRES_URL, REDIS_URL, postgres_url
-from tests.graphs import chat_graph
+from tests.support.graphs import chat_graph
+from tests.support.servers import POSTGRES_URL, REDIS_URL, postgres_url
 
 FIRST, SECOND = "first", "second"
 

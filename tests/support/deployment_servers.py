@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 import redis
 
-from tests.conftest import postgres_address
-from tests.faults import PrivateRedis, free_port
+from tests.support.faults import PrivateRedis, free_port
+from tests.support.servers import postgres_address
 
 
 def wait_until(ready: Callable[[], Any], *, timeout: float = 15.0) -> Any:

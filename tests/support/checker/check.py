@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.checker.worker import BREAKER_COOLDOWN, STALE_POLL_INTERVAL
+from tests.support.checker.worker import BREAKER_COOLDOWN, STALE_POLL_INTERVAL
 
 SLACK = 0.5
 """Seconds of scheduling slack on a loaded machine (two cores shared by many processes):

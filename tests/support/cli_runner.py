@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typer.testing import CliRunner, Result
 
 from langgraph_durable.cli import app
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 def cli_for(namespace: tuple[str, str], *, columns: int = 250) -> Callable[..., Result]:

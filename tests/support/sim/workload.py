@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base.id import UUID
 
 from langgraph_durable._core.lineage import RUN_KEY
-from tests.sim.core import Context, Op, journal, ops, recover_hot
+from tests.support.sim.core import Context, Op, journal, ops, recover_hot
 
 READS = ("get_latest", "get_by_id", "list", "list_filter")
 DESTROYS = ("delete", "prune")

@@ -14,8 +14,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["tests.chaos_worker", "tests.kill_point_worker",
-                                 "tests.checker.worker"])
+_CONTEXT.set_forkserver_preload(["tests.support.chaos_worker", "tests.support.kill_point_worker",
+                                 "tests.support.checker.worker"])
 
 
 def start(target: Callable[..., Any], *args: Any) -> BaseProcess:

@@ -1,6 +1,6 @@
 """One checker run: a private Redis, worker processes each behind its own Redis and Postgres
 proxies, a nemesis on its own schedule, then healing, a final read by a fresh saver, and
-the history check (`tests.checker.check`).
+the history check (`tests.support.checker.check`).
 
 Scenarios:
 
@@ -49,11 +49,11 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.keys import ThreadKeys
-from tests import forked
-from tests.checker import worker
-from tests.checker.check import Report, check
-from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
-from tests.faults import PrivateRedis, Proxy
+from tests.support import forked
+from tests.support.checker import worker
+from tests.support.checker.check import Report, check
+from tests.support.faults import PrivateRedis, Proxy
+from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
 
 SCENARIOS = ("general", "stale-after-recovery")
 FAULTS = {"redis_cut": 6, "redis_slow": 2, "pg_cut": 2, "pause": 2, "kill": 2,

@@ -4,7 +4,7 @@
 idempotency key, and log every attempt); ``lookup`` is read-only. Run as a script, it is
 the process the crash tests kill::
 
-    python -m tests.ledger_app SCHEMA PREFIX THREAD APP MODE SIGNAL_FILE
+    python -m tests.support.ledger_app SCHEMA PREFIX THREAD APP MODE SIGNAL_FILE
 
 APP is ``graph`` (plan -> ToolNode([charge, lookup]) -> finish) or ``agent``
 (``create_react_agent`` driven by `ScriptedChat`). MODE says where the process stops and
@@ -34,7 +34,7 @@ from langgraph.prebuilt import ToolNode, create_react_agent
 
 from langgraph_durable import DurableSaver, current_idempotency_key, durable_tool
 from langgraph_durable.tools import DurableTool
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 ORDER, CENTS = "order-7", 1250
 CALLS = [

@@ -13,9 +13,9 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from tests.sim.core import Cold, Op, Tiers, execute, ops, run
-from tests.sim.scheduler import Sim, short
-from tests.sim.workload import DESTROYS, Record, config, tuple_id
+from tests.support.sim.core import Cold, Op, Tiers, execute, ops, run
+from tests.support.sim.scheduler import Sim, short
+from tests.support.sim.workload import DESTROYS, Record, config, tuple_id
 
 
 @dataclass(frozen=True, slots=True)

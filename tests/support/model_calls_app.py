@@ -1,6 +1,7 @@
 """A ``create_agent`` agent with `DurableMiddleware` that the model-call tests kill and resume.
 
-    python -m tests.model_calls_app SCHEMA PREFIX THREAD WRITE_MODE DURABILITY MODEL_CALLS KILL_AT
+    python -m tests.support.model_calls_app SCHEMA PREFIX THREAD WRITE_MODE DURABILITY MODEL_CALLS
+        KILL_AT
 
 The model counts its calls in a table of the test's schema (the saver never sees it) and
 mints a new random tool-call id each time, as real models do; ``charge_card`` charges an
@@ -31,7 +32,7 @@ from langchain_core.tools import tool
 
 from langgraph_durable import DurableSaver, current_idempotency_key
 from langgraph_durable.middleware import DurableMiddleware
-from tests.conftest import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 REQUEST = "charge order A-7"
 

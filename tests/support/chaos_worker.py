@@ -1,7 +1,7 @@
-"""The workloads of the real-process chaos run (`tests/chaos.py`), and the worker that runs
+"""The workloads of the real-process chaos run (`tests/support/chaos.py`), and the worker that runs
 one of them until it is killed.
 
-- ``counter``: `tests.kill_worker`'s node that loops ``COUNTER_STEPS`` times, one
+- ``counter``: `tests.support.kill_worker`'s node that loops ``COUNTER_STEPS`` times, one
   checkpoint per step.
 - ``supervisor``: a supervisor that hands ``ITEMS_PER_ROUND`` orders per round, for
   ``ROUNDS`` rounds, to worker agents that run in parallel on LangGraph's task threads. Each
@@ -58,7 +58,7 @@ from langgraph.types import Send
 from langgraph_durable import DurableSaver, current_idempotency_key, durable_tool
 from langgraph_durable.models import durable_model
 from langgraph_durable.tools import DurableTool
-from tests.kill_worker import build as counter_graph
+from tests.support.kill_worker import build as counter_graph
 
 COUNTER_STEPS = 40
 ROUNDS, ITEMS_PER_ROUND = 3, 3

@@ -4,8 +4,8 @@ The tests execute each notebook in memory (the file is never rewritten). To refr
 committed outputs after changing a notebook, run, against servers that answer (the
 ``LGD_*`` URLs, else the local ones)::
 
-    python -m tests.notebook_runner            # every notebook
-    python -m tests.notebook_runner 05_multi_agent
+    python -m tests.support.notebook_runner            # every notebook
+    python -m tests.support.notebook_runner 05_multi_agent
 
 It executes each notebook top to bottom, replaces what is particular to this machine in
 the outputs (the checkout's folder, the temporary folder, the home folder, the host name)
@@ -28,7 +28,7 @@ import nbclient
 import nbformat
 from nbformat import NotebookNode
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -23,7 +23,7 @@ import redis
 
 from langgraph_durable._embedded import valkey
 from langgraph_durable.errors import TierUnavailableError
-from tests.conftest import EMBEDDED
+from tests.support.servers import EMBEDDED
 
 T = TypeVar("T")
 
@@ -227,7 +227,7 @@ def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool],
                ) -> Generator[Any, Any, T]:
     """``op``, except that the first request for which ``lost(request)`` holds runs and then
     has its reply replaced by ``TierUnavailableError`` — the simulation's "lost" fault
-    (`tests/sim/scheduler.py`): the server applied the request, the caller never heard."""
+    (`tests/support/sim/scheduler.py`): the server applied the request, the caller never heard."""
     request = next(op)
     armed = True
     while True:

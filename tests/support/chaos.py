@@ -1,10 +1,11 @@
 """Real-process chaos: SIGKILLed agent processes, Redis killed and restarted, Postgres cut,
 asyncio cancellations, forks and resolves from the command line while calls are in flight.
 
-    python -m tests.chaos --kills 200 [--seed N]
+    python -m tests.support.chaos --kills 200 [--seed N]
 
-Runs rounds of three (``--workers``) worker processes (`tests.chaos_worker`: a counter loop and a
-supervisor handing orders to parallel worker agents, a scripted model and a durable tool),
+Runs rounds of three (``--workers``) worker processes (`tests.support.chaos_worker`: a
+counter loop and a supervisor handing orders to parallel worker agents, a scripted model and
+a durable tool),
 in both write modes, on three private ``redis-server`` instances (AOF ``appendfsync
 always``, ``everysec``, none) and the shared Postgres reached through a TCP proxy. Each
 thread draws its `Options`: LangGraph's durability ("sync", "async", "exit"), the driver
@@ -46,10 +47,10 @@ from typing import Any
 import psycopg
 
 from langgraph_durable import DurableSaver, TierUnavailableError
-from tests import forked
-from tests.chaos_worker import EFFECTS_SQL, INPUTS, Options, build, finished, items, run
-from tests.conftest import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
-from tests.faults import PrivateRedis, Proxy, cli
+from tests.support import forked
+from tests.support.chaos_worker import EFFECTS_SQL, INPUTS, Options, build, finished, items, run
+from tests.support.faults import PrivateRedis, Proxy, cli
+from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
 
 MODES = ("through", "behind")
 AOF_WINDOW = 1.5  # seconds: appendfsync everysec's loss window, with a margin
