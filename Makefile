@@ -52,7 +52,7 @@ CHAOS_SEED ?= 1
 RESUME_LOG ?= chaos-resumes.log
 CHECKER_SECONDS ?= 1800
 chaos: $(STAMP)
-	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
+	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/faults/test_simulation.py
 	$(PY) -m tests.support.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
 	$(PY) -m tests.support.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
 

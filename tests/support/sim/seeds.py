@@ -2,7 +2,7 @@
 (`sim_env`), one seeded run checked (`run_seed`), and a violation's report with the command
 that replays its seed (`explain`).
 
-Environment (see `tests/test_simulation.py`): ``LGD_SIM_FAULTS``, ``LGD_SIM_ALLOWANCE``.
+Environment (see `tests/faults/test_simulation.py`): ``LGD_SIM_FAULTS``, ``LGD_SIM_ALLOWANCE``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def explain(seed: int, mode: str, sim: Sim, violations: list[Violation]) -> str:
         f"seed {seed} ({mode}): {len(violations)} violation(s)",
         *("  " + line for line in lines),
         f"  replay: LGD_SIM_SEED={seed} LGD_SIM_MODE={mode} "
-        "pytest tests/test_simulation.py -k replay",
+        "pytest tests/faults/test_simulation.py -k replay",
         f"  interleaving on {thread} (and faults, probes, flushes) up to the first violation"
         " (step process #call op[thread] request):",
         *("    " + t for t in trace),

@@ -41,7 +41,7 @@ from langgraph_durable.tools import _wrapped_saver
 from tests.support.graphs import delta_graph
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "langgraph-server"
 LANGGRAPH = Path(sys.executable).parent / "langgraph"
 INSTALL = f"{sys.executable} -m pip install -e '.[server-test]' -c compat/constraints.txt"

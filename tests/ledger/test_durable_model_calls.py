@@ -26,7 +26,7 @@ from langgraph_durable.models import durable_model
 from tests.support import model_calls_app as app
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture

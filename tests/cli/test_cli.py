@@ -302,7 +302,7 @@ def test_ledger_shows_the_key_of_a_call_in_progress(cli: Callable[..., Result],
     thread = thread_id()
     proc = subprocess.Popen([sys.executable, "-m", "tests.support.slow_call", saver.config.schema,
                              saver.config.key_prefix, thread], stdout=subprocess.PIPE,
-                            cwd=Path(__file__).parent.parent,
+                            cwd=Path(__file__).parents[2],
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "LGD_REDIS_URL": REDIS_URL,
                                  "LGD_POSTGRES_URL": POSTGRES_URL})

@@ -1,4 +1,4 @@
-"""The coherence simulation (`tests/test_simulation.py`) against the private Redis Cluster
+"""The coherence simulation (`tests/faults/test_simulation.py`) against the private Redis Cluster
 of `tests/support/cluster.py`: the same seeded interleavings and faults, with the cluster's
 sharded key layout, scripts routed by slot, and batches split per node. Also the sharded
 layout on the single node, where the seeds run faster.

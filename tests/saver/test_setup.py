@@ -13,7 +13,7 @@ import pytest
 from langgraph_durable import DurableSaver, SchemaVersionError
 from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_schema
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def test_concurrent_setup_from_eight_processes_applies_each_migration_once() -> None:

@@ -56,7 +56,7 @@ def killed_calls(namespace: tuple[str, str]) -> Iterator[dict[str, str]]:
                for name in ("succeeded", "failed", "retry")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.slow_call", schema, prefix, *threads.values()],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent,
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
         env={**os.environ, "LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL})
     try:
         assert proc.stdout is not None

@@ -40,7 +40,7 @@ def test_a_session_without_servers_starts_and_stops_its_own(tmp_path: Path) -> N
     session's own, a process they spawn finds the same servers, and nothing is left
     running or on disk once the session ends."""
     (tmp_path / "test_probe.py").write_text(PROBE)
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LGD_")}
     env.update(LGD_TEST_SERVERS="embedded", PROBE_OUT=str(tmp_path / "probe.json"),
                PYTHONPATH=str(repo))

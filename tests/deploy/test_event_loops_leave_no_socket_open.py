@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import asyncio, sys

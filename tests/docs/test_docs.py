@@ -20,7 +20,7 @@ import redis
 
 from tests.support.servers import POSTGRES_URL, postgres_url, redis_url
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 EXPECTED = re.compile(r"# → (.*)$", re.M)

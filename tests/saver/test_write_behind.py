@@ -22,7 +22,7 @@ from tests.support.checkpoints import cold_checkpoints, put_value
 from tests.support.graphs import chat_graph
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.parametrize("write_mode", ["behind"])
 

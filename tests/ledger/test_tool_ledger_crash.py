@@ -28,7 +28,7 @@ from tests.support.servers import POSTGRES_URL, REDIS_URL
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore:.*create_react_agent.*")
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 SCENARIOS = [
     ("graph", "before_tools", "raise"), ("agent", "before_tools", "raise"),
     ("graph", "in_lookup", "raise"), ("agent", "in_lookup", "raise"),

@@ -14,7 +14,7 @@ from langgraph_durable import ConfigurationError, DurableSaver, TierUnavailableE
 from tests.support.faults import free_port
 from tests.support.servers import REDIS_URL, postgres_url
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_setup_with_nothing_listening_fails_fast_with_the_reason() -> None:
