@@ -52,9 +52,9 @@ CHAOS_SEED ?= 1
 RESUME_LOG ?= chaos-resumes.log
 CHECKER_SECONDS ?= 1800
 chaos: $(STAMP)
-	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/test_simulation.py
-	$(PY) -m tests.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
-	$(PY) -m tests.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
+	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/faults/test_simulation.py
+	$(PY) -m tests.support.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
+	$(PY) -m tests.support.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
 
 # LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
 # write-through then write-behind; fails when either mode has a failed or errored test.
@@ -85,7 +85,7 @@ bench: $(STAMP)
 # Re-execute the notebooks against the LGD_* servers (else the local ones) and store their
 # outputs, machine paths and host names replaced by placeholders.
 notebooks: $(STAMP)
-	$(PY) -m tests.notebook_runner
+	$(PY) -m tests.support.notebook_runner
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/langgraph-durable demo

@@ -1,4 +1,4 @@
-"""One Redis node against a three-primary Redis Cluster (``tests/cluster.py``, six local
+"""One Redis node against a three-primary Redis Cluster (``tests/support/cluster.py``, six local
 processes): throughput of concurrent chat graphs in each write mode, what each step costs
 the servers (Redis CPU, summed over the primaries; Postgres transactions), and the hot keys
 and bytes a thread costs on each: the inputs of the capacity model in docs/deployments.md.
@@ -23,7 +23,7 @@ import redis
 
 from benchmarks.workloads import chat_config, chat_graph, chat_input
 from langgraph_durable import DurableSaver
-from tests.cluster import TestCluster
+from tests.support.cluster import TestCluster
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"

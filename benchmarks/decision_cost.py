@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage
 from benchmarks.infra import delete_prefix, drop_schema
 from langgraph_durable import DurableSaver, durable_tool
 from langgraph_durable._core.ledger import protocol
-from tests.graphs import model_then_tool_graph
+from tests.support.graphs import model_then_tool_graph
 
 REDIS_URL = os.environ.get("LGD_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("LGD_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

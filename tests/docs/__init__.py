@@ -1,0 +1,1 @@
+"""The README and docs/ as a reader meets them: examples run, links lead somewhere."""

@@ -1,0 +1,1 @@
+"""The tool ledger and durable model calls: replay, leases, crashes mid-call, lost replies."""

@@ -1,0 +1,51 @@
+"""The in-process decoded cache: never stale across processes, never shared with callers."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from langgraph_durable import DurableSaver
+from tests.support.graphs import chat_graph
+
+
+def test_cache_serves_repeat_reads_and_sees_other_writers(make_saver: Any) -> None:
+    """A second read is served from the cache; a write by another saver object (as by
+    another process) is visible to the very next read."""
+    reader: DurableSaver = make_saver()
+    writer: DurableSaver = make_saver()
+    config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+    chat_graph(writer).invoke({"messages": [("user", "one")]}, config)
+    writer.flush()
+    first = reader.get_tuple(config)
+    hits = reader.engine.context.cache.hits
+    again = reader.get_tuple(config)
+    assert reader.engine.context.cache.hits == hits + 1
+    assert again == first
+
+    chat_graph(writer).invoke({"messages": [("user", "two")]}, config)
+    latest = reader.get_tuple(config)
+    assert latest is not None and first is not None
+    assert latest.checkpoint["id"] > first.checkpoint["id"]
+    assert latest.checkpoint["channel_values"]["messages"][-1].content == "finish #7"
+
+    writer.put_writes(latest.config, [("messages", "pending")], "task-x")
+    with_write = reader.get_tuple(config)
+    assert with_write is not None and with_write.pending_writes == [
+        ("task-x", "messages", "pending")]
+
+
+def test_callers_cannot_mutate_the_cache(saver: DurableSaver) -> None:
+    """Mutating a returned tuple's values changes nothing for the next reader."""
+    config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+    chat_graph(saver).invoke({"messages": [("user", "one")]}, config)
+    saver.get_tuple(config)
+    mine = saver.get_tuple(config)
+    assert mine is not None
+    mine.checkpoint["channel_values"]["messages"][0].content = "tampered"
+    mine.checkpoint["channel_values"]["messages"].clear()
+    mine.metadata["step"] = 999
+    fresh = saver.get_tuple(config)
+    assert fresh is not None
+    assert fresh.checkpoint["channel_values"]["messages"][0].content == "one"
+    assert fresh.metadata["step"] != 999

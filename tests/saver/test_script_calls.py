@@ -1,0 +1,262 @@
+"""Every Lua script of the hot tier, called through its builder on the real Redis and read
+through its parser: each test follows one script's happy path and checks what it did to the
+keys, so a builder that passes its values in another order than the script's header (or a
+header that names them in another order than the script uses them) fails here."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from langgraph_durable._core.keys import Layout, ThreadKeys, b64
+from langgraph_durable._core.records import StoredWrite, pack_write
+from langgraph_durable._core.requests import Hot
+from langgraph_durable._core.scripts import shards, thread
+from langgraph_durable._core.scripts.registry import SCRIPTS, Reply
+from langgraph_durable._tiers.common import Scripts
+from langgraph_durable.errors import TierUnavailableError
+from tests.support.servers import REDIS_URL
+
+RAN: set[str] = set()  # the scripts the tests of this module ran
+TTL = 60_000
+GROUP = "flushers"
+WRITE = pack_write(StoredWrite("task", 0, "ch", "", b"one"))
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def layout(namespace: tuple[str, str], request: pytest.FixtureRequest) -> Layout:
+    """A layout of the test's own under the module's prefix."""
+    return Layout(f"{namespace[1]}-{request.node.name[:40]}")
+
+
+def run(client: redis.Redis, request: Hot) -> Any:
+    """Run ``request`` as the drivers do (``EVAL`` with the script's source)."""
+    RAN.add(request.script.name)
+    return client.execute_command(*Scripts().command(request, source=True))
+
+
+def _intent(client: redis.Redis, keys: ThreadKeys, token: str, member_prefix: str = "") -> int:
+    return int(run(client, thread.intent(keys, token, int(time.time() * 1000) + 30_000, TTL,
+                                         member_prefix)))
+
+
+def _put(client: redis.Redis, keys: ThreadKeys, checkpoint_id: str, *, ns: str = "",
+         version: int = 0, token: str = "", head: str = "0",
+         journal: thread.Journal | None = None) -> Any:
+    return run(client, thread.put(
+        keys, ns, token=token, ttl=TTL if journal is None else -1,
+        checkpoint_id=checkpoint_id, frame=b"frame-" + checkpoint_id.encode(),
+        metadata=b'{"step": 1}', parent="", refs=json.dumps(["ch\x001"]), keep=0,
+        token_v="tok-" + checkpoint_id, version=version, head=head,
+        blob_pairs=["ch\x001", b"blob-1"], journal=journal))
+
+
+def _journal(layout: Layout, payload: bytes = b"entry", max_entries: int = 100) -> thread.Journal:
+    return thread.Journal(layout.journal(0), layout.journal_bytes(0), payload, max_entries,
+                          1 << 20)
+
+
+def test_intent_and_release(client: redis.Redis, layout: Layout) -> None:
+    """An intent records its token with its deadline and marks the versions hash; it says
+    whether the namespace has unflushed entries; release takes both away."""
+    keys = layout.thread("t")
+    assert _intent(client, keys, "tok") == 0
+    assert client.zscore(keys.intents, "tok") is not None
+    assert client.hget(keys.versions, "^tok") == b"1"
+    client.hset(keys.unflushed, keys.unflushed_member("ns", "c1"), 1)
+    assert _intent(client, keys, "other", keys.unflushed_member("ns", "")) == 1
+    assert _intent(client, keys, "third", keys.unflushed_member("elsewhere", "")) == 0
+    assert run(client, thread.release(keys, "tok")) == 1
+    assert client.zscore(keys.intents, "tok") is None
+    assert client.hget(keys.versions, "^tok") is None
+
+
+def test_fence(client: redis.Redis, layout: Layout) -> None:
+    """A sweep's claim is taken on an idle thread and refused while a live one stands."""
+    keys = layout.thread("t")
+    now = int(time.time() * 1000)
+    assert run(client, thread.fence(keys, "sweep", now + 10_000, now)) == 1
+    assert client.zscore(keys.intents, "sweep") == now + 10_000
+    assert run(client, thread.fence(keys, "second", now + 10_000, now)) == 0
+
+
+def test_put_through_then_get(client: redis.Redis, layout: Layout) -> None:
+    """A write-through put committed as the head starts the namespace's index; a read then
+    hits with the checkpoint's fields and blobs, answers SAME to a caller holding it, and
+    misses on another namespace, handing out the ticket it was given."""
+    keys = layout.thread("t")
+    _intent(client, keys, "tok")
+    assert _put(client, keys, "c1", version=7, token="tok", head="h") == 1
+    assert client.zrange(keys.index(""), 0, -1) == [b"c1"]
+    assert client.hget(keys.versions, keys.version_field("")) == b"7"
+    assert client.zcard(keys.intents) == 0
+
+    got = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    assert (got.reply, got.checkpoint_id) == (Reply.HIT, "c1")
+    record = got.record()
+    assert record.fields[b"c"] == b"frame-c1" and record.version == "tok-c1"
+    assert record.blobs == [("ch\x001", b"blob-1")]
+    same = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket", "c1", "tok-c1")))
+    assert (same.reply, same.checkpoint_id) == (Reply.SAME, "c1")
+    missed = thread.found(run(client, thread.get(keys, "sub", "", TTL, "ticket")))
+    assert (missed.reply, missed.dirty, missed.ticket) == (Reply.MISS, False, b"ticket")
+
+
+def test_put_writes_through(client: redis.Redis, layout: Layout) -> None:
+    """Pending writes land in the checkpoint's hash: ordinary ones first-write-wins."""
+    keys = layout.thread("t")
+    _intent(client, keys, "tok")
+    _put(client, keys, "c1", version=7, token="tok", head="h")
+    _intent(client, keys, "tok2")
+    request = thread.put_writes(keys, "", "c1", token="tok2", ttl=TTL, token_v="v2",
+                                version=8, writes=["w:0:task", b"one", "n"], journal=None)
+    assert run(client, request) == 1
+    assert client.hget(keys.checkpoint("", "c1"), "w:0:task") == b"one"
+    assert client.hget(keys.checkpoint("", "c1"), "v") == b"v2"
+    assert client.hget(keys.versions, keys.version_field("")) == b"8"
+    assert client.zcard(keys.intents) == 0
+
+
+def test_known_empty_then_put_behind(client: redis.Redis, layout: Layout) -> None:
+    """A namespace read empty may start its index written behind: the root lands in
+    Redis and its entry in the journal, counted in the thread's unflushed hash and the
+    journal's bytes."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    assert run(client, thread.known_empty(keys, "", missed.ticket)) == 1
+    assert client.hexists(keys.versions, "~" + keys.version_field(""))
+    entry = run(client, _put_behind(keys, layout, "c1"))
+    assert thread.refusal(entry, _journal(layout)) is None
+    assert client.xrange(layout.journal(0))[0][0] == entry
+    assert client.hget(keys.unflushed, keys.unflushed_member("", "c1")) == b"1"
+    assert client.get(layout.journal_bytes(0)) == str(len(b"entry")).encode()
+    assert client.zrange(keys.index(""), 0, -1) == [b"c1"]
+
+
+def _put_behind(keys: ThreadKeys, layout: Layout, checkpoint_id: str, **journal: Any) -> Hot:
+    return thread.put(
+        keys, "", token="", ttl=-1, checkpoint_id=checkpoint_id, frame=b"f", metadata=b"{}",
+        parent="", refs="[]", keep=0, token_v="v", version=0, head="0", blob_pairs=[],
+        journal=_journal(layout, **journal))
+
+
+def test_put_behind_refusals(client: redis.Redis, layout: Layout) -> None:
+    """Written behind, a namespace Redis does not hold goes through Postgres (COLD), and a
+    full journal refuses with what it holds (the error the user gets)."""
+    keys = layout.thread("t")
+    cold = run(client, _put_behind(keys, layout, "c1"))
+    assert thread.refusal(cold, _journal(layout)) == (Reply.COLD, "")
+    client.xadd(layout.journal(0), {"d": b"x"})
+    full = run(client, _put_behind(keys, layout, "c1", max_entries=1))
+    with pytest.raises(TierUnavailableError) as raised:
+        thread.refusal(full, _journal(layout, max_entries=1))
+    assert raised.value.tier == "cold" and "journal holds 1 entries" in str(raised.value)
+
+
+def test_put_writes_behind_and_list_unflushed(client: redis.Redis, layout: Layout) -> None:
+    """Writes journaled behind stay listed, with their checkpoint, until flushed."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "sub", "", TTL, "ticket")))
+    run(client, thread.known_empty(keys, "sub", missed.ticket))
+    run(client, thread.put(
+        keys, "sub", token="", ttl=-1, checkpoint_id="c1", frame=b"f", metadata=b"{}",
+        parent="", refs="[]", keep=0, token_v="v", version=0, head="0", blob_pairs=[],
+        journal=_journal(layout)))
+    entry = run(client, thread.put_writes(
+        keys, "sub", "c1", token="", ttl=-1, token_v="v2", version=0,
+        writes=["w:0:task", WRITE, "n"], journal=_journal(layout, b"writes")))
+    assert thread.refusal(entry, _journal(layout)) is None
+    assert client.hget(keys.unflushed, keys.unflushed_member("sub", "c1")) == b"2"
+    complete, [(ns, record)] = thread.unflushed_records(run(client, thread.list_unflushed(keys)))
+    assert complete and ns == b64("sub").encode()
+    assert record.checkpoint_id == "c1" and record.fields[b"c"] == b"f"
+    assert [(w.task_id, w.channel, w.frame) for w in record.writes] == [("task", "ch", b"one")]
+    client.delete(keys.checkpoint("sub", "c1"))  # the copy dropped, the entries still due
+    assert thread.unflushed_records(run(client, thread.list_unflushed(keys))) == (False, [])
+
+
+def test_warm_then_drop(client: redis.Redis, layout: Layout) -> None:
+    """A warm with the miss's ticket loads the checkpoint as the head; a drop takes the
+    thread's copy and leaves its tombstone."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    warmed = run(client, thread.warm(
+        keys, "", checkpoint_id="c1", now=int(time.time() * 1000), ttl=TTL, frame=b"frame",
+        metadata=b"{}", parent="", refs=json.dumps(["ch\x001"]), version=5, mode="head",
+        ticket=missed.ticket, blob_pairs=["ch\x001", b"blob"], fields=["v", "tok"]))
+    assert warmed == 1
+    got = thread.found(run(client, thread.get(keys, "", "", TTL, "other")))
+    assert got.reply is Reply.HIT and got.record().fields[b"c"] == b"frame"
+    assert got.record().blobs == [("ch\x001", b"blob")]
+    assert run(client, thread.drop_thread(keys, "", 9, TTL, only_flushed=False)) == 3
+    assert not client.exists(keys.registry, keys.index(""), keys.checkpoint("", "c1"))
+    assert client.hget(keys.versions, "*") == b"9"
+    client.hset(keys.unflushed, "m", 1)
+    assert run(client, thread.drop_thread(keys, "", 10, TTL, only_flushed=True)) == -1
+
+
+def test_marks(client: redis.Redis, layout: Layout) -> None:
+    """The applied mark only rises."""
+    assert run(client, shards.marks(layout, 0)) == 0
+    assert run(client, shards.marks(layout, 0, 5)) == 5
+    assert run(client, shards.marks(layout, 0, 3)) == 5
+    assert run(client, shards.marks(layout, 0)) == 5
+
+
+def test_flush_read_ack_state_and_dead_letters(client: redis.Redis, layout: Layout) -> None:
+    """A flusher reads a batch, acknowledges it with one entry rejected: the journal
+    empties, the rejected entry waits in the dead letters, the thread's unflushed count
+    and the journal's bytes go, and the namespace's version rises. The dead letter can be
+    read, retried onto the journal, and the flusher leaves its group."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    run(client, thread.known_empty(keys, "", missed.ticket))
+    run(client, _put_behind(keys, layout, "c1"))
+    run(client, _put_behind(keys, layout, "c2", payload=b"second"))
+    state = run(client, shards.journal_state(layout, 0))
+    assert state[2:] == [2, len(b"entry") + len(b"second"), 0]
+
+    batch = run(client, shards.flush_read(layout, 0, group=GROUP, consumer="me", count=10,
+                                          reclaim=60_000, cap=1 << 20, forget=0))
+    assert [dict(zip(e[1][::2], e[1][1::2], strict=True))[b"d"] for e in batch] == [
+        b"entry", b"second"]
+    ids = [e[0] for e in batch]
+    entries: list[str | bytes | int] = []
+    for entry_id, cid, size in zip(ids, ["c1", "c2"], [5, 6], strict=True):
+        entries += [entry_id, keys.unflushed, keys.unflushed_member("", cid), keys.registry,
+                    size]
+    ack = shards.flush_ack(layout, 0, group=GROUP, ttl=TTL, entries=entries,
+                           rejected=[ids[1], "too big"],
+                           versions=[keys.versions, keys.version_field(""), 11])
+    assert run(client, ack) == 1
+    assert client.xlen(layout.journal(0)) == 0 and not client.exists(keys.unflushed)
+    assert client.hget(keys.versions, keys.version_field("")) == b"11"
+    assert run(client, shards.journal_state(layout, 0)) == [b"", b"", 0, 0, 1]
+
+    [letter] = run(client, shards.dead_letters(layout, 0, "-", 10))
+    fields = dict(zip(letter[1][::2], letter[1][1::2], strict=True))
+    assert fields[b"reason"] == b"too big" and fields[b"entry"] == ids[1]
+    retried = run(client, shards.dead_letter(
+        layout, 0, unflushed=keys.unflushed, letter=letter[0].decode(), action="retry",
+        member=keys.unflushed_member("", "c2")))
+    assert client.xrange(layout.journal(0))[0][0] == retried
+    assert client.hget(keys.unflushed, keys.unflushed_member("", "c2")) == b"1"
+    assert run(client, shards.dead_letters(layout, 0, "-", 10)) == []
+    assert run(client, shards.journal_leave(layout, 0, GROUP, "me")) == 1
+
+
+def test_every_script_ran() -> None:
+    """The tests above ran every script of the registry (runs last, in file order)."""
+    assert set(SCRIPTS) == RAN

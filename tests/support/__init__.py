@@ -1,0 +1,5 @@
+"""What the tests share and are not tests: the servers they use (`servers`), checkpoints
+put and counted (`checkpoints`), graphs, real faults, private Redis servers and clusters,
+the worker processes crash tests start and kill, the command line run in-process, and the
+drivers of the long runs: the simulation (`sim`), the real-process checker (`checker`)
+and the real-process chaos (`chaos`)."""

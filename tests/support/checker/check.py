@@ -1,0 +1,444 @@
+"""The history checker: reads the merged history of a run (every worker's operations, the
+nemesis's faults, the final reads) and finds what the failure model
+(`docs/failure-model.md`) says cannot happen.
+
+An operation is ``ok`` (acknowledged), ``fail`` (surely without effect: a
+`ThreadConflictError`) or unknown (``info``: another error, or no completion because the
+process was killed). Only acknowledged operations constrain what reads may return; an
+unknown one may or may not have taken effect, so reads may show it or not.
+
+The checks, per thread:
+
+1. **Stale read.** A read of the latest checkpoint (``read``, the first entry of ``list``)
+   returns nothing older than a checkpoint whose ``put`` was acknowledged before the read
+   was invoked ("latest" is the newest checkpoint id, as for every LangGraph saver), unless
+   a delete may have come between. The bounded exception: a write that may have bypassed
+   Redis (its process's breaker was open, or the nemesis was cutting, slowing or
+   restarting that process's Redis) marks the thread stale, and another process applies
+   the mark at most ``stale_poll_interval`` later: its reads invoked within `STALE_BOUND`
+   of the write's acknowledgement are exempt. A reader paused (SIGSTOP) in that window is
+   held to the bound from its first operation after it resumes. Stale reads inside a
+   window are counted and their lag is reported (the measured bound).
+2. **Lost.** Every acknowledged checkpoint is in the final ``list`` of its thread, read by
+   a fresh saver once every fault healed, unless a delete or prune may have removed it.
+   Write-behind with Redis killed under ``appendfsync everysec``: the documented window
+   (`AOF_WINDOW` before the kill) is exempt.
+3. **Pending writes.** A read returning a checkpoint carries every pending write
+   acknowledged for it before the read was invoked (same bounded exception).
+4. **Deleted stays deleted.** No read invoked after a delete completed returns a
+   checkpoint acknowledged before the delete was invoked (same bounded exception).
+5. **No silent fork.** No two acknowledged puts extend the same checkpoint (each worker
+   thread reads the latest and extends it, a compare-and-set), and the final head's parent
+   chain holds every checkpoint acknowledged since the thread's last delete.
+
+A violation is printed with the history slice around it: the operations on its thread in
+a window around the violating read, and the faults then.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.checker.worker import BREAKER_COOLDOWN, STALE_POLL_INTERVAL
+
+SLACK = 0.5
+"""Seconds of scheduling slack on a loaded machine (two cores shared by many processes):
+between a read's recorded invocation and the mark poll inside it, and in the poll's own
+round trips."""
+STALE_BOUND = STALE_POLL_INTERVAL + SLACK
+"""The bound the checker enforces: a read in another process invoked more than this long
+after a write that bypassed Redis was acknowledged must see it."""
+BYPASS_MARGIN = BREAKER_COOLDOWN + SLACK
+"""A Redis fault this long before a write may still keep its process's breaker open."""
+AOF_WINDOW = 1.5
+"""Write-behind, Redis killed with ``appendfsync everysec``: acknowledged writes this long
+before the kill may be lost (documented)."""
+WRITES = ("put", "put_writes", "delete", "prune", "copy")
+
+
+@dataclass
+class Op:
+    """One operation of the history."""
+
+    id: str
+    proc: str
+    pid: int
+    worker: str
+    op: str
+    thread: str
+    args: dict[str, Any]
+    t0: float
+    t1: float = math.inf  # inf: never completed (the process was killed)
+    kind: str = "unknown"  # ok, fail, info, unknown
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    breaker: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+    @property
+    def may_have_happened(self) -> bool:
+        return self.kind != "fail"
+
+    def line(self, start: float) -> str:
+        end = "   ..." if self.t1 == math.inf else f"{self.t1 - start:7.3f}"
+        what = {k: v for k, v in self.result.items() if v not in (None, [], "")}
+        if self.op == "list":
+            what = {"ids": [i[-12:] for i in what.get("ids", [])]}
+        elif "id" in what:
+            what["id"] = str(what["id"])[-12:]
+            if what.get("parent"):
+                what["parent"] = str(what["parent"])[-12:]
+        args = {k: (v[-12:] if isinstance(v, str) and k in ("id", "parent", "checkpoint")
+                    else v) for k, v in self.args.items()}
+        outcome = self.kind + (f" {self.error[:60]}" if self.error else "")
+        return (f"  {self.t0 - start:7.3f} {end} {self.worker:<10} {self.op:<10} "
+                f"{json.dumps(args)} -> {outcome} {json.dumps(what) if what else ''}"
+                f"{' [breaker open]' if self.breaker else ''}")
+
+
+@dataclass
+class Fault:
+    """One nemesis event: what, on which process slot (None: every process), when."""
+
+    kind: str
+    slot: str | None
+    t0: float
+    t1: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def line(self, start: float) -> str:
+        return (f"  {self.t0 - start:7.3f} {self.t1 - start:7.3f} nemesis    {self.kind:<10} "
+                f"{self.slot or 'all'} {json.dumps(self.detail) if self.detail else ''}")
+
+
+@dataclass
+class Violation:
+    check: str
+    thread: str
+    text: str
+    at: float
+    slice: str = ""
+
+
+@dataclass
+class Report:
+    ops: int = 0
+    by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    faults: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    violations: list[Violation] = field(default_factory=list)
+    windowed: int = 0  # stale reads inside the bounded window
+    max_windowed_lag: float = 0.0
+    max_stale_lag: float = 0.0  # the longest a violating read lagged its acknowledged put
+    checked_reads: int = 0
+    start: float = 0.0
+
+    def summary(self) -> str:
+        checks: dict[str, int] = defaultdict(int)
+        for v in self.violations:
+            checks[v.check] += 1
+        lines = [
+            f"operations: {self.ops} "
+            f"({', '.join(f'{k} {n}' for k, n in sorted(self.by_kind.items()))})",
+            f"nemesis events: {sum(self.faults.values())} "
+            f"({', '.join(f'{k} {n}' for k, n in sorted(self.faults.items()))})",
+            f"reads checked: {self.checked_reads}; stale inside the bounded window "
+            f"({STALE_BOUND:.1f} s after a write that bypassed Redis): {self.windowed}, "
+            f"longest lag {self.max_windowed_lag:.3f} s",
+            f"violations: {len(self.violations)}"
+            + (f" ({', '.join(f'{k} {n}' for k, n in sorted(checks.items()))}); "
+               f"longest stale lag {self.max_stale_lag:.3f} s" if self.violations else ""),
+        ]
+        return "\n".join(lines)
+
+
+def load(paths: Iterable[Path], nemesis: Path | None) -> tuple[list[Op], list[Fault]]:
+    """The operations of every history file, paired invoke with completion, and the
+    nemesis's faults."""
+    ops: dict[str, Op] = {}
+    for path in paths:
+        for raw in path.read_text().splitlines():
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                continue  # a torn line cannot happen (one write each); be lenient anyway
+            if rec["type"] == "invoke":
+                ops[rec["id"]] = Op(rec["id"], rec["proc"], rec["pid"], rec["worker"],
+                                    rec["op"], rec["thread"], rec["args"], rec["t"])
+            elif rec["type"] in ("ok", "fail", "info") and rec["id"] in ops:
+                op = ops[rec["id"]]
+                op.t1, op.kind, op.result = rec["t"], rec["type"], rec.get("result") or {}
+                op.error, op.breaker = rec.get("error", ""), bool(rec.get("breaker"))
+    faults: list[Fault] = []
+    if nemesis is not None and nemesis.exists():
+        for raw in nemesis.read_text().splitlines():
+            if raw.strip():
+                rec = json.loads(raw)
+                faults.append(Fault(rec["kind"], rec.get("slot"), rec["t0"], rec["t1"],
+                                    rec.get("detail") or {}))
+    return sorted(ops.values(), key=lambda o: o.t0), faults
+
+
+def slot_of(proc: str) -> str:
+    """A process's slot (``p1`` of ``p1@2``): the proxies and faults belong to the slot,
+    each incarnation is a process of its own."""
+    return proc.split("@", 1)[0]
+
+
+class Checker:
+    """Runs the five checks over one history."""
+
+    def __init__(self, ops: list[Op], faults: list[Fault], write_mode: str) -> None:
+        self.ops = ops
+        self.faults = faults
+        self.write_mode = write_mode
+        self.start = min((o.t0 for o in ops), default=0.0)
+        self.report = Report(start=self.start)
+        self.by_thread: dict[str, list[Op]] = defaultdict(list)
+        for op in ops:
+            self.by_thread[op.thread].append(op)
+        self.by_proc: dict[str, list[float]] = defaultdict(list)  # invocation times
+        for op in ops:
+            self.by_proc[op.proc].append(op.t0)
+        self.pauses: dict[str, list[Fault]] = defaultdict(list)
+        for f in faults:
+            if f.kind == "pause" and f.detail.get("proc"):
+                self.pauses[f.detail["proc"]].append(f)
+
+    # -- the bounded window ------------------------------------------------------------
+
+    def may_bypass(self, write: Op) -> bool:
+        """Whether ``write`` may have gone to Postgres alone (with a stale mark)."""
+        if write.breaker or write.kind == "unknown":
+            return True
+        for f in self.faults:
+            if f.kind in ("redis_cut", "redis_slow", "redis_restart") and (
+                    f.slot is None or f.slot == slot_of(write.proc)) and (
+                    f.t0 <= write.t1 and f.t1 >= write.t0 - BYPASS_MARGIN):
+                return True
+        return False
+
+    def window_end(self, write: Op, reader: str) -> float:
+        """Until when a read by process ``reader`` may miss ``write`` (which may have
+        bypassed Redis): `STALE_BOUND` after its acknowledgement, moved to the reader's
+        first operation after it resumed when it was paused meanwhile."""
+        end = write.t1 + STALE_BOUND
+        for pause in sorted(self.pauses.get(reader, []), key=lambda f: f.t0):
+            if pause.t0 <= end and pause.t1 >= write.t0:
+                times = self.by_proc[reader]  # in order: the ops are sorted by invocation
+                i = bisect.bisect_left(times, pause.t1)
+                first = times[i] if i < len(times) else pause.t1
+                end = max(end, first + STALE_BOUND)
+        return end
+
+    def exempt(self, write: Op, read: Op) -> bool:
+        """Whether ``read`` may miss ``write`` under the failure model's bounded window."""
+        return (read.proc != write.proc and self.may_bypass(write)
+                and read.t0 <= self.window_end(write, read.proc))
+
+    # -- the checks --------------------------------------------------------------------
+
+    def run(self) -> Report:
+        r = self.report
+        r.ops = len(self.ops)
+        for op in self.ops:
+            r.by_kind[f"{op.op} {op.kind}"] += 1
+        for f in self.faults:
+            r.faults[f.kind] += 1
+        for thread, ops in self.by_thread.items():
+            self.check_thread(thread, ops)
+        return r
+
+    def check_thread(self, thread: str, ops: list[Op]) -> None:
+        puts = [o for o in ops if o.op == "put" and o.ok]
+        virtual = self.copied_puts(thread)
+        puts += virtual
+        deletes = [o for o in ops if o.op == "delete" and o.may_have_happened]
+        prunes = [o for o in ops if o.op == "prune" and o.may_have_happened]
+        by_id = sorted(puts, key=lambda o: o.args["id"])
+        ids = [o.args["id"] for o in by_id]
+        put_of = {o.args["id"]: o for o in ops if o.op == "put" and o.may_have_happened}
+        writes: dict[str, list[Op]] = defaultdict(list)
+        for o in ops:
+            if o.op == "put_writes" and o.ok:
+                writes[o.args["checkpoint"]].append(o)
+        ok_deletes = [d for d in deletes if d.ok]
+
+        def deleted_between(p: Op, read: Op) -> bool:
+            return any(d.t0 < read.t1 and d.t1 > p.t0 for d in deletes)
+
+        for read in ops:
+            if not read.ok or read.op not in ("read", "list", "by_id", "final"):
+                continue
+            got = read.result.get("id")
+            self.report.checked_reads += 1
+            if read.op in ("read", "list", "final"):  # 1. stale read
+                i = bisect.bisect_right(ids, got) if got else 0
+                for p in by_id[i:]:
+                    if p.t1 >= read.t0 or deleted_between(p, read):
+                        continue
+                    lag = read.t0 - p.t1
+                    if self.exempt(p, read):
+                        self.report.windowed += 1
+                        self.report.max_windowed_lag = max(self.report.max_windowed_lag, lag)
+                        continue
+                    self.violation("stale read", read, f"returned {got} ({self.who(read)}), "
+                                   f"older than {p.args['id']} (writer {p.args['w']} n="
+                                   f"{p.args['n']}) acknowledged {lag:.3f} s before the read "
+                                   f"was invoked, by {p.proc}"
+                                   f"{' (may have bypassed Redis)' if self.may_bypass(p) else ''}",
+                                   lag)
+                    break
+            if got is None:
+                continue
+            for w in writes.get(got, []):  # 3. pending writes
+                if w.t1 < read.t0 and w.args["task"] not in read.result.get("tasks", []) \
+                        and read.op != "list" and not self.exempt(w, read) \
+                        and not deleted_between(w, read):
+                    self.violation("pending writes", read, f"returned {got} without task "
+                                   f"{w.args['task']} acknowledged {read.t0 - w.t1:.3f} s "
+                                   f"before, by {w.proc}; tasks served: "
+                                   f"{read.result.get('tasks')}", read.t0 - w.t1)
+            stored = put_of.get(got)  # 4. deleted stays deleted
+            if stored is not None and stored.ok:
+                for d in ok_deletes:
+                    if stored.t1 < d.t0 and d.t1 < read.t0 and not self.exempt(d, read):
+                        self.violation("deleted came back", read, f"returned {got}, "
+                                       f"acknowledged before the delete by {d.proc} that "
+                                       f"completed {read.t0 - d.t1:.3f} s before the read",
+                                       read.t0 - d.t1)
+                        break
+        self.check_forks(thread, ops, puts, put_of, deletes)
+        self.check_final(thread, ops, puts, deletes, prunes)
+
+    def copied_puts(self, thread: str) -> list[Op]:
+        """A copy made ``thread`` (a fresh target): the source's newest checkpoint
+        acknowledged before the copy began counts as acknowledged on the target when the
+        copy was."""
+        out = []
+        for copy in self.ops:
+            if copy.op == "copy" and copy.ok and copy.args.get("target") == thread:
+                acked = [o for o in self.by_thread[copy.thread]
+                         if o.op == "put" and o.ok and o.t1 < copy.t0]
+                deleted = [o for o in self.by_thread[copy.thread]
+                           if o.op in ("delete", "prune") and o.may_have_happened]
+                acked = [p for p in acked if not any(d.t1 > p.t0 and d.t0 < copy.t1
+                                                     for d in deleted)]
+                if acked:
+                    newest = max(acked, key=lambda o: o.args["id"])
+                    out.append(Op(f"{copy.id}/copied", copy.proc, copy.pid, copy.worker, "put",
+                                  thread, dict(newest.args), copy.t0, copy.t1, "ok",
+                                  breaker=copy.breaker or newest.breaker))
+        return out
+
+    def check_forks(self, thread: str, ops: list[Op], puts: list[Op], put_of: dict[str, Op],
+                    deletes: list[Op]) -> None:
+        """5. No two acknowledged puts extend the same checkpoint."""
+        children: dict[str, list[Op]] = defaultdict(list)
+        for p in puts:
+            if p.args.get("parent") and not p.id.endswith("/copied"):
+                children[p.args["parent"]].append(p)
+        for parent, kids in children.items():
+            if len(kids) > 1:
+                first, second = sorted(kids, key=lambda o: o.t1)[:2]
+                self.violation("fork", second, f"{first.args['id']} ({first.proc}) and "
+                               f"{second.args['id']} ({second.proc}) were both acknowledged "
+                               f"extending {parent}", 0.0)
+
+    def check_final(self, thread: str, ops: list[Op], puts: list[Op], deletes: list[Op],
+                    prunes: list[Op]) -> None:
+        """2. Nothing acknowledged is lost; 5. the final head descends from every
+        checkpoint acknowledged since the last delete."""
+        final = [o for o in ops if o.op == "final" and o.ok]
+        if not final:
+            return
+        last = final[-1]
+        stored = set(last.result.get("ids", []))
+        parents = {o.args["id"]: o.args.get("parent") for o in ops if o.op == "put"}
+        chain: set[str] = set()
+        at = last.result.get("id")
+        while at and at not in chain:
+            chain.add(at)
+            at = parents.get(at)
+
+        def root(checkpoint_id: str) -> str | None:
+            seen: set[str] = set()
+            at: str | None = checkpoint_id
+            while at and at not in seen and parents.get(at):
+                seen.add(at)
+                at = parents.get(at)
+            return at
+
+        head_root = root(last.result["id"]) if last.result.get("id") else None
+        for p in puts:
+            if p.id.endswith("/copied"):
+                continue
+            removed = any(d.t1 > p.t0 for d in deletes) or any(q.t1 > p.t0 for q in prunes)
+            if removed:
+                continue
+            if self.write_mode == "behind" and any(
+                    f.kind == "redis_restart" and f.detail.get("appendfsync") == "everysec"
+                    and f.t0 - AOF_WINDOW <= p.t1 <= f.t0 for f in self.faults):
+                continue
+            if p.args["id"] not in stored:
+                self.violation("lost", last, f"acknowledged {p.args['id']} (writer "
+                               f"{p.args['w']} n={p.args['n']}, by {p.proc}) is not in the "
+                               "final list", 0.0, around=p)
+            elif p.args["id"] not in chain and root(p.args["id"]) == head_root:
+                # a second root (two puts on an empty thread: neither read a checkpoint,
+                # so neither is compared, as with every saver) is a branch beside the
+                # line, not a fork of it
+                self.violation("fork", last, f"final head {last.result.get('id')} does not "
+                               f"descend from acknowledged {p.args['id']} ({p.proc})", 0.0,
+                               around=p)
+
+    # -- reporting ----------------------------------------------------------------------
+
+    @staticmethod
+    def who(read: Op) -> str:
+        res = read.result
+        return f"writer {res.get('w')} n={res.get('n')}" if res.get("id") else "nothing"
+
+    def violation(self, check: str, read: Op, text: str, lag: float,
+                  around: Op | None = None) -> None:
+        self.report.max_stale_lag = max(self.report.max_stale_lag, lag)
+        focus = around or read
+        self.report.violations.append(Violation(check, read.thread, text, read.t0,
+                                                self.slice(read.thread, focus, read)))
+
+    def slice(self, thread: str, focus: Op, read: Op, before: float = 4.0,
+              after: float = 0.5) -> str:
+        """The operations on ``thread`` (and the faults) in a window around ``focus``."""
+        lo, hi = focus.t0 - before, min(read.t1, focus.t1) + after
+        lines = [f"history of {thread} from {lo - self.start:.3f} s to {hi - self.start:.3f} s"
+                 " (invoked, completed, worker, op, args -> outcome result):"]
+        events: list[tuple[float, str]] = []
+        for op in self.by_thread[thread]:
+            if lo <= op.t0 <= hi or (op.t0 < lo and op.t1 >= lo):
+                mark = "  <== " if op is read or op is focus else ""
+                events.append((op.t0, op.line(self.start) + mark))
+        for f in self.faults:
+            if (f.t1 >= lo and f.t0 <= hi and f.kind != "evict") or (
+                    f.kind == "evict" and f.detail.get("thread") == thread and lo <= f.t0 <= hi):
+                events.append((f.t0, f.line(self.start)))
+        lines += [text for _, text in sorted(events, key=lambda e: e[0])]
+        if len(lines) > 80:
+            lines = [*lines[:10], f"  ... {len(lines) - 70} lines ...", *lines[-60:]]
+        return "\n".join(lines)
+
+
+def check(paths: Iterable[Path], nemesis: Path | None, write_mode: str) -> Report:
+    """Check the history in ``paths`` (and the nemesis log) of one write mode."""
+    ops, faults = load(paths, nemesis)
+    return Checker(ops, faults, write_mode).run()

@@ -1,0 +1,95 @@
+"""Checkpoints put and counted the way many tests need: one value in one channel, what
+Postgres holds of a thread, Postgres refusing a thread, a statement waiting on a row lock."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_durable import DurableSaver
+from tests.support.servers import POSTGRES_URL
+
+
+def value_put_args(saver: DurableSaver, thread_id: str, value: object, ns: str,
+               metadata: dict[str, object] | None) -> tuple[Any, ...]:
+    """The arguments of a ``put`` of one root checkpoint whose channel ``value`` holds
+    ``value`` (``metadata`` added to its own)."""
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": value}
+    checkpoint["channel_versions"] = {"value": version}
+    return ({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}, checkpoint,
+            {"source": "input", "step": -1, **(metadata or {})}, {"value": version})
+
+
+def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
+              metadata: dict[str, object] | None = None) -> dict[str, object]:
+    """Put one checkpoint whose only channel ``value`` holds ``value``; returns its config.
+
+    It is a root (no parent). Written behind, it follows a read of its namespace, as a
+    run's first write does: a root of a namespace Redis does not hold stays in Redis only
+    once a read found the namespace empty (else it goes through Postgres)."""
+    args = value_put_args(saver, thread_id, value, ns, metadata)
+    if saver.config.write_mode == "behind":
+        saver.get_tuple(args[0])
+    return saver.put(*args)  # type: ignore[return-value]
+
+
+async def aput_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
+                     metadata: dict[str, object] | None = None) -> dict[str, object]:
+    """Async twin of `put_value` (``aput``)."""
+    args = value_put_args(saver, thread_id, value, ns, metadata)
+    if saver.config.write_mode == "behind":
+        await saver.aget_tuple(args[0])
+    return await saver.aput(*args)  # type: ignore[return-value]
+
+
+def cold_checkpoints(schema: str, thread_id: str) -> int:
+    """How many checkpoints of a thread Postgres holds."""
+    with psycopg.connect(POSTGRES_URL) as conn:
+        row = conn.execute(f'SELECT count(*) FROM "{schema}".lgd_checkpoints '
+                           "WHERE thread_id = %s", (thread_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def cold_ids(schema: str, thread: str) -> set[str]:
+    """The ids of a thread's checkpoints Postgres holds."""
+    with psycopg.connect(POSTGRES_URL) as conn:
+        rows = conn.execute(f'SELECT checkpoint_id FROM "{schema}".lgd_checkpoints '
+                            "WHERE thread_id = %s", (thread,)).fetchall()
+    return {r[0] for r in rows}
+
+
+@contextmanager
+def refusing(saver: DurableSaver, thread: str) -> Iterator[None]:
+    """Postgres refuses checkpoints of ``thread`` (a constraint) while inside."""
+    table = f'"{saver.config.schema}".lgd_checkpoints'
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT lgd_test_refuse "
+                     f"CHECK (thread_id <> '{thread}')")
+    try:
+        yield
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT lgd_test_refuse")
+
+
+def wait_for_row_lock(conn: psycopg.Connection[Any], schema: str,
+                      table: str = "lgd_heads") -> None:
+    """Until another session waits for a row lock on ``table`` of the schema (a statement
+    of the saver's that reached rows a transaction of the test holds)."""
+    for _ in range(500):
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid() AND query LIKE %s",
+            (f'%"{schema}".{table}%',)).fetchone()
+        if row and row[0]:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"no statement waited for the {table} rows the test holds")
