@@ -30,11 +30,12 @@ from langchain_core.messages import AIMessage
 from benchmarks.infra import delete_prefix, drop_schema
 from langgraph_durable import DurableSaver, durable_tool
 from langgraph_durable._core.ledger import protocol
+from langgraph_durable.config import WriteMode
 from tests.graphs import model_then_tool_graph
 
 REDIS_URL = os.environ.get("LGD_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("LGD_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-MODES = ("through", "behind")
+MODES: tuple[WriteMode, ...] = ("through", "behind")
 
 
 def _no_wait(ctx: Any, spec: Any) -> Iterator[Any]:
@@ -42,7 +43,7 @@ def _no_wait(ctx: Any, spec: Any) -> Iterator[Any]:
     yield
 
 
-def _graph(stack: ExitStack, mode: str) -> Any:
+def _graph(stack: ExitStack, mode: WriteMode) -> Any:
     """A model → tool graph on a saver of its own, closed and dropped with ``stack``."""
     tag = uuid.uuid4().hex[:8]
     schema, prefix = f"bench_decision_{tag}", f"bench-decision-{tag}"
@@ -65,21 +66,21 @@ def measure(durability: str, rounds: int) -> dict[tuple[str, bool], float]:
     """Median ms per invoke of each (write mode, wait on) pair."""
     waits = protocol._decision_durable
     pairs = [(mode, on) for mode in MODES for on in (True, False)]
-    samples: dict[tuple[str, bool], list[float]] = {pair: [] for pair in pairs}
+    samples: dict[tuple[WriteMode, bool], list[float]] = {pair: [] for pair in pairs}
     with ExitStack() as stack:
         graphs = {mode: _graph(stack, mode) for mode in MODES}
         try:
             for i in range(rounds):
                 for mode, on in pairs[i % 4:] + pairs[:i % 4]:
-                    protocol._decision_durable = waits if on else _no_wait  # type: ignore[assignment]
+                    protocol._decision_durable = waits if on else _no_wait
                     started = time.perf_counter()
                     graphs[mode].invoke({"messages": [AIMessage("hi")]},
                                         {"configurable": {"thread_id": uuid.uuid4().hex}},
-                                        durability=durability)  # type: ignore[arg-type]
+                                        durability=durability)
                     if i >= rounds // 10:
                         samples[mode, on].append((time.perf_counter() - started) * 1000)
         finally:
-            protocol._decision_durable = waits  # type: ignore[assignment]
+            protocol._decision_durable = waits
     return {pair: statistics.median(values) for pair, values in samples.items()}
 
 
