@@ -72,7 +72,7 @@ def measure(durability: str, rounds: int) -> dict[tuple[str, bool], float]:
         try:
             for i in range(rounds):
                 for mode, on in pairs[i % 4:] + pairs[:i % 4]:
-                    protocol._decision_durable = waits if on else _no_wait
+                    protocol._decision_durable = waits if on else _no_wait  # type: ignore[assignment]
                     started = time.perf_counter()
                     graphs[mode].invoke({"messages": [AIMessage("hi")]},
                                         {"configurable": {"thread_id": uuid.uuid4().hex}},
