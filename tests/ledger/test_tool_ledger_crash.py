@@ -43,7 +43,7 @@ Crashed = dict[tuple[str, str, str], str]
 @pytest.fixture
 def write_mode() -> str:
     """Each crashed thread is resumed once: by a write-through saver, as the crashed process
-    used (ledger writes ignore ``write_mode``; `test_tool_ledger.py` runs both modes)."""
+    used (ledger writes ignore ``write_mode``; the one-process ledger tests run both modes)."""
     return "through"
 
 

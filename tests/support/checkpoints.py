@@ -1,5 +1,6 @@
-"""Checkpoints put and counted the way many tests need: one value in one channel, what
-Postgres holds of a thread, Postgres refusing a thread, a statement waiting on a row lock."""
+"""Checkpoints put, read and counted the way many tests need: one value in one channel (a
+root, or a line of them after a parent), what Postgres holds of a thread, a thread's hot
+copy forgotten by Redis, Postgres refusing a thread, a statement waiting on a row lock."""
 
 from __future__ import annotations
 
@@ -9,22 +10,31 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from langgraph.checkpoint.base import empty_checkpoint
+import redis
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, empty_checkpoint
 
 from langgraph_durable import DurableSaver
-from tests.support.servers import POSTGRES_URL
+from langgraph_durable._core.keys import ThreadKeys
+from tests.support.servers import POSTGRES_URL, REDIS_URL
+
+
+def value_checkpoint(saver: DurableSaver, value: object) -> tuple[Checkpoint, ChannelVersions]:
+    """A new checkpoint whose only channel ``value`` holds ``value``, and its new versions
+    (what ``put`` takes beside it)."""
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"value": value}
+    checkpoint["channel_versions"] = {"value": version}
+    return checkpoint, {"value": version}
 
 
 def value_put_args(saver: DurableSaver, thread_id: str, value: object, ns: str,
                metadata: dict[str, object] | None) -> tuple[Any, ...]:
     """The arguments of a ``put`` of one root checkpoint whose channel ``value`` holds
     ``value`` (``metadata`` added to its own)."""
-    checkpoint = empty_checkpoint()
-    version = saver.get_next_version(None, None)
-    checkpoint["channel_values"] = {"value": value}
-    checkpoint["channel_versions"] = {"value": version}
+    checkpoint, versions = value_checkpoint(saver, value)
     return ({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}, checkpoint,
-            {"source": "input", "step": -1, **(metadata or {})}, {"value": version})
+            {"source": "input", "step": -1, **(metadata or {})}, versions)
 
 
 def put_value(saver: DurableSaver, thread_id: str, value: object, *, ns: str = "",
@@ -47,6 +57,51 @@ async def aput_value(saver: DurableSaver, thread_id: str, value: object, *, ns: 
     if saver.config.write_mode == "behind":
         await saver.aget_tuple(args[0])
     return await saver.aput(*args)  # type: ignore[return-value]
+
+
+def config_of(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    """The config of ``thread``'s root namespace: its latest checkpoint, or
+    ``checkpoint_id``."""
+    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def put_after(saver: DurableSaver, config: dict[str, Any], value: str,
+              metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One checkpoint whose channel ``value`` holds ``value``; ``config`` names the parent."""
+    checkpoint, versions = value_checkpoint(saver, value)
+    return saver.put(config, checkpoint, {"source": "loop", "step": 0, **(metadata or {})},
+                     versions)
+
+
+def put_line(saver: DurableSaver, thread: str, values: list[str]) -> list[dict[str, Any]]:
+    """One checkpoint per value, each the child of the one before; their configs."""
+    configs, parent = [], config_of(thread)
+    for value in values:
+        parent = put_after(saver, parent, value)
+        configs.append(parent)
+    return configs
+
+
+def value_of(saver: DurableSaver, config: dict[str, Any]) -> Any:
+    """The channel ``value`` of the checkpoint ``config`` reads (None: no checkpoint)."""
+    tup = saver.get_tuple(config)
+    return tup.checkpoint["channel_values"]["value"] if tup else None
+
+
+def hot_keys_pattern(prefix: str, thread: str) -> str:
+    """The ``SCAN`` pattern of every hot key of ``thread`` (its hash tag's braces escaped)."""
+    return ThreadKeys(prefix, thread).base.replace("{", "[{]").replace("}", "[}]") + "*"
+
+
+def forget_hot(saver: DurableSaver, thread: str) -> None:
+    """Every hot key of the thread gone, as after its TTL or a Redis restart."""
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter(match=hot_keys_pattern(saver.config.key_prefix, thread)):
+        client.delete(key)
+    client.close()
 
 
 def cold_checkpoints(schema: str, thread_id: str) -> int:
