@@ -121,7 +121,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="dump every thread's stack and exit after this many seconds "
-        "(default: 1800, or 300 with --quick)",
+        "(default: 3600, or 300 with --quick)",
     )
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 if any saver or section reported an error"
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = _Problems()
     logging.getLogger().addHandler(problems)
     profile = QUICK if args.quick else FULL
-    faulthandler.dump_traceback_later(args.timeout or (300 if args.quick else 1800), exit=True)
+    faulthandler.dump_traceback_later(args.timeout or (300 if args.quick else 3600), exit=True)
     specs = tuple(SPECS_BY_NAME[name] for name in args.only)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lgdbench-") as workdir:
