@@ -71,7 +71,8 @@ def add_ratios(rows: Iterable[Row], value: str, *, group: Sequence[str] = ()) ->
             row[key] = number / base if isinstance(number, int | float) and base else None
 
 
-def _format(value: Cell, kind: Format) -> str:
+def format_cell(value: Cell, kind: Format) -> str:
+    """A cell as the Markdown shows it: ``—`` for no value, numbers by ``kind``."""
     if value is None:
         return "—"
     if isinstance(value, str) or kind == "text":
@@ -100,7 +101,7 @@ def table_markdown(table: Table) -> str:
     lines.append("| " + " | ".join(column.header for column in columns) + " |")
     lines.append("|" + "|".join(":--" if c.format == "text" else "--:" for c in columns) + "|")
     for row in table.rows:
-        cells = (_escape(_format(row.get(column.key), column.format)) for column in columns)
+        cells = (_escape(format_cell(row.get(column.key), column.format)) for column in columns)
         lines.append("| " + " | ".join(cells) + " |")
     lines.extend(f"\n{note}" for note in table.notes)
     return "\n".join(lines) + "\n"

@@ -17,11 +17,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from benchmarks import infra
 from benchmarks.context import Context
+from benchmarks.goals import goals_table
 from benchmarks.machine import describe_machine, now
 from benchmarks.report import Report, Table, error_row
 from benchmarks.savers import SPECS, SPECS_BY_NAME
@@ -119,7 +121,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="dump every thread's stack and exit after this many seconds "
-        "(default: 1800, or 300 with --quick)",
+        "(default: 3600, or 300 with --quick)",
     )
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 if any saver or section reported an error"
@@ -127,12 +129,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _run_section(name: str, ctx: Context) -> list[Table]:
+def _run_section(name: str, run: Callable[[], list[Table]]) -> list[Table]:
     """Run one section; a crash becomes a one-row table instead of ending the run."""
     started = time.monotonic()
     log.info("section %s: start", name)
     try:
-        tables = SECTIONS[name](ctx)
+        tables = run()
     except Exception as exc:
         log.exception("section %s failed", name)
         tables = [Table(name, f"{name}: section failed", (), [error_row(None, describe(exc))])]
@@ -160,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = _Problems()
     logging.getLogger().addHandler(problems)
     profile = QUICK if args.quick else FULL
-    faulthandler.dump_traceback_later(args.timeout or (300 if args.quick else 1800), exit=True)
+    faulthandler.dump_traceback_later(args.timeout or (300 if args.quick else 3600), exit=True)
     specs = tuple(SPECS_BY_NAME[name] for name in args.only)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lgdbench-") as workdir:
@@ -175,10 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("cannot recreate database %s: %s", settings.database, describe(exc))
         try:
             for name in args.section:
-                report.tables.extend(_run_section(name, ctx))
+                report.tables.extend(_run_section(name, partial(SECTIONS[name], ctx)))
         finally:
             if not args.keep_data:
                 _clean_up(settings)
+    goals = partial(goals_table, report.tables, args.section, args.only)
+    report.tables[:0] = _run_section("goals", lambda: [goals()])
     report.meta["duration_s"] = round(time.monotonic() - started, 1)
     report.problems = problems.messages
     json_path, md_path = report.write(args.output_dir)

@@ -24,7 +24,7 @@ from contextlib import (
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiosqlite
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -88,7 +88,15 @@ class Namespace:
         return self.settings.redis_url
 
 
-SyncFactory = Callable[[Namespace], AbstractContextManager[Saver]]
+class SyncFactory(Protocol):
+    """Opens a saver for the sync API; ``setup=False`` opens it as an application process
+    does once the schema exists (construct and connect, no ``setup()``)."""
+
+    def __call__(
+        self, ns: Namespace, *, setup: bool = True
+    ) -> AbstractContextManager[Saver]: ...
+
+
 AsyncFactory = Callable[[Namespace], AbstractAsyncContextManager[Saver]]
 
 
@@ -130,7 +138,7 @@ class SaverSpec:
 
 
 @contextmanager
-def _memory(ns: Namespace) -> Iterator[Saver]:
+def _memory(ns: Namespace, *, setup: bool = True) -> Iterator[Saver]:
     yield InMemorySaver()
 
 
@@ -165,11 +173,12 @@ def _postgres_spec(name: str, label: str, open_: SyncFactory, aopen: AsyncFactor
 
 
 @contextmanager
-def _postgres(ns: Namespace) -> Iterator[Saver]:
+def _postgres(ns: Namespace, *, setup: bool = True) -> Iterator[Saver]:
     conn: Connection[DictRow]
     with Connection.connect(ns.postgres_url, **_postgres_kwargs(ns)) as conn:
         saver = PostgresSaver(conn)
-        saver.setup()
+        if setup:
+            saver.setup()
         yield saver
 
 
@@ -183,13 +192,14 @@ async def _apostgres(ns: Namespace) -> AsyncIterator[Saver]:
 
 
 @contextmanager
-def _postgres_pool(ns: Namespace) -> Iterator[Saver]:
+def _postgres_pool(ns: Namespace, *, setup: bool = True) -> Iterator[Saver]:
     with ConnectionPool[Connection[DictRow]](
         ns.postgres_url, kwargs=_postgres_kwargs(ns), min_size=1, max_size=POOL_MAX_SIZE
     ) as pool:
         pool.wait()
         saver = PostgresSaver(pool)
-        saver.setup()
+        if setup:
+            saver.setup()
         yield saver
 
 
@@ -212,11 +222,12 @@ async def _apostgres_pool(ns: Namespace) -> AsyncIterator[Saver]:
 
 
 @contextmanager
-def _sqlite(ns: Namespace) -> Iterator[Saver]:
+def _sqlite(ns: Namespace, *, setup: bool = True) -> Iterator[Saver]:
     conn = sqlite3.connect(ns.sqlite_path, check_same_thread=False)
     try:
         saver = SqliteSaver(conn)
-        saver.setup()
+        if setup:
+            saver.setup()
         yield saver
     finally:
         conn.close()
@@ -262,10 +273,11 @@ async def _call_twin(obj: object, method: str) -> None:
 
 
 @contextmanager
-def _durable(ns: Namespace, *, write_mode: WriteMode) -> Iterator[Saver]:
+def _durable(ns: Namespace, *, write_mode: WriteMode, setup: bool = True) -> Iterator[Saver]:
     saver = _durable_saver(ns, write_mode)
     try:
-        saver.setup()
+        if setup:
+            saver.setup()
         yield saver
     finally:
         saver.close()

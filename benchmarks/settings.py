@@ -38,6 +38,9 @@ class Profile:
     """Discarded warm-up rounds (one thread for sync, one concurrent batch for async)."""
     restart_rounds: int
     restart_warmup: int
+    new_process_rounds: int
+    """Samples per saver of the restart section's new-process table (an interpreter each)."""
+    new_process_warmup: int
     storage_threads: int
     ledger_rounds: int
     ledger_warmup: int
@@ -71,6 +74,8 @@ FULL = Profile(
     macro_warmup=1,
     restart_rounds=50,
     restart_warmup=1,
+    new_process_rounds=10,
+    new_process_warmup=1,
     storage_threads=20,
     ledger_rounds=300,
     ledger_warmup=20,
@@ -94,6 +99,8 @@ QUICK = Profile(
     macro_warmup=1,
     restart_rounds=3,
     restart_warmup=1,
+    new_process_rounds=1,
+    new_process_warmup=0,
     storage_threads=2,
     ledger_rounds=20,
     ledger_warmup=3,

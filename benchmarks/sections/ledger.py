@@ -1,10 +1,12 @@
 """Ledger: what ``durable_tool`` adds to a tool call inside ``ToolNode``.
 
-Three variants run in the same one-node graph (START → ToolNode → END, on an
-``InMemorySaver`` so the graph's own checkpointing is cheap and identical for all):
-the plain ``@tool``, the same function wrapped by ``durable_tool`` on a new call id
-(claim → run → record), and a replay of a call id recorded before the measurement, which
-must return the recorded result without running the function again.
+Three variants run in the same one-node graph (START → ToolNode → END) checkpointed by the
+saver under test, whose ledger the tool records in (as in an application: the checkpoint
+that decided a call must be durable before the call runs): the plain ``@tool``, the same
+function wrapped by ``durable_tool`` on a new call id (claim → run → record), and a replay
+of a call id recorded before the measurement, which must return the recorded result
+without running the function again. Every measured invocation is its thread's second, so
+all three read a thread of the same length first.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool, tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from benchmarks.context import Context
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, error_row
-from benchmarks.savers import SaverSpec, provisioned
+from benchmarks.savers import Saver, SaverSpec, provisioned
 from benchmarks.sections._common import SAMPLES, latency_row, quantile_columns
 from benchmarks.timing import describe, round_robin, timed_ns
 
@@ -53,25 +54,43 @@ def _lookup_order(calls: list[str]) -> Callable[[str], str]:
     return lookup_order
 
 
-def _graph(tool_: BaseTool) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("tools", ToolNode([tool_]))
-    builder.add_edge(START, "tools")
-    builder.add_edge("tools", END)
-    return builder.compile(checkpointer=InMemorySaver())
+class _Graph:
+    """START → ToolNode([tool]) → END on ``saver``; each invocation makes one tool call."""
 
+    def __init__(self, tool_: BaseTool, saver: Saver) -> None:
+        builder = StateGraph(MessagesState)
+        builder.add_node("tools", ToolNode([tool_]))
+        builder.add_edge(START, "tools")
+        builder.add_edge("tools", END)
+        self.graph: Any = builder.compile(checkpointer=saver)
+        self.tool_name = tool_.name
 
-def _probe(graph: Any, tool_name: str, prefix: str) -> Callable[[int], int]:
-    """Round ``r`` makes tool call ``prefix-r`` in thread ``prefix-r``; returns its ns."""
-
-    def probe(round_: int) -> int:
-        key = f"{prefix}-{round_}"
-        call = {"name": tool_name, "args": {"order_id": key}, "id": key, "type": "tool_call"}
+    def call(self, thread_id: str, call_id: str) -> int:
+        """Invoke the graph on ``thread_id`` with tool call ``call_id``; return its ns."""
+        call = {
+            "name": self.tool_name,
+            "args": {"order_id": call_id},
+            "id": call_id,
+            "type": "tool_call",
+        }
         message = AIMessage(content="", tool_calls=[call])
-        config = {"configurable": {"thread_id": key}}
-        return timed_ns(lambda: graph.invoke({"messages": [message]}, config))
+        config = {"configurable": {"thread_id": thread_id}}
+        return timed_ns(lambda: self.graph.invoke({"messages": [message]}, config))
 
-    return probe
+    def seed(self, prefix: str, rounds: int) -> None:
+        """Make call ``prefix-r`` in thread ``prefix-r`` for every round ``r``."""
+        for round_ in range(rounds):
+            self.call(f"{prefix}-{round_}", f"{prefix}-{round_}")
+
+    def probe(self, prefix: str, *, replay: bool) -> Callable[[int], int]:
+        """Round ``r`` calls again in the seeded thread ``prefix-r``: the seeded call
+        (``replay``) or a new one."""
+
+        def probe(round_: int) -> int:
+            thread_id = f"{prefix}-{round_}"
+            return self.call(thread_id, thread_id if replay else f"{thread_id}-again")
+
+        return probe
 
 
 def _measure(ctx: Context, spec: SaverSpec, durable_tool: DurableTool) -> list[Row]:
@@ -82,16 +101,16 @@ def _measure(ctx: Context, spec: SaverSpec, durable_tool: DurableTool) -> list[R
     ns = provisioned(ctx.settings, spec, SECTION)
     rounds = profile.ledger_rounds + profile.ledger_warmup
     with spec.open(ns) as saver:
-        tracked = durable_tool(saver=saver)(_lookup_order(tracked_calls))
-        tracked_graph = _graph(tracked)
-        replay = _probe(tracked_graph, tracked.name, REPLAY)
-        for round_ in range(rounds):  # record the calls that the replay variant repeats
-            replay(round_)
+        plain_graph = _Graph(plain, saver)
+        tracked_graph = _Graph(durable_tool(saver=saver)(_lookup_order(tracked_calls)), saver)
+        plain_graph.seed(PLAIN, rounds)
+        for prefix in (TRACKED, REPLAY):  # REPLAY's are the calls its rounds repeat
+            tracked_graph.seed(prefix, rounds)
         series = round_robin(
             {
-                PLAIN: _probe(_graph(plain), plain.name, PLAIN),
-                TRACKED: _probe(tracked_graph, tracked.name, TRACKED),
-                REPLAY: replay,
+                PLAIN: plain_graph.probe(PLAIN, replay=False),
+                TRACKED: tracked_graph.probe(TRACKED, replay=False),
+                REPLAY: tracked_graph.probe(REPLAY, replay=True),
             },
             rounds=profile.ledger_rounds,
             warmup=profile.ledger_warmup,
@@ -103,9 +122,9 @@ def _measure(ctx: Context, spec: SaverSpec, durable_tool: DurableTool) -> list[R
         if isinstance(p50, float) and isinstance(base, float):
             row["overhead_p50"] = p50 - base
     completed = all(entry.error is None for entry in series.values())
-    if completed and len(tracked_calls) != 2 * rounds:  # seeded calls + tracked rounds
+    if completed and len(tracked_calls) != 3 * rounds:  # two seeded threads + tracked rounds
         rows[-1][NOTE] = (
-            f"the wrapped function ran {len(tracked_calls)} times for {2 * rounds} distinct "
+            f"the wrapped function ran {len(tracked_calls)} times for {3 * rounds} distinct "
             f"calls and {rounds} replays of recorded ones"
         )
     return rows
@@ -124,8 +143,9 @@ def run(ctx: Context) -> list[Table]:
             SAMPLES,
         ),
         notes=[
-            "One graph START → ToolNode → END on an InMemorySaver (identical for all variants). "
-            "plain: `@tool`; tracked: the same function through `durable_tool(saver=...)`, a new "
+            "One graph START → ToolNode → END checkpointed by the saver under test, LangGraph's "
+            "default durability; each measured invoke is the second on its thread. plain: "
+            "`@tool`; tracked: the same function through `durable_tool(saver=...)`, a new "
             "tool_call_id per call; replay: a tool_call_id recorded before measuring, which must "
             "return the recorded result without running the function. overhead = p50 - plain p50."
         ],

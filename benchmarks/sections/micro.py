@@ -12,7 +12,7 @@ from benchmarks.context import Context
 from benchmarks.report import SAVER, Column, Table, add_ratios, error_row
 from benchmarks.savers import Saver, open_savers
 from benchmarks.sections._common import LATENCY_COLUMNS, build_fixtures, latency_rows
-from benchmarks.timing import round_robin, timed_ns
+from benchmarks.timing import round_robin, timed, timed_ns
 from benchmarks.workloads import CheckpointChain, expect_checkpoint, make_messages, thread_config
 
 SECTION = "micro"
@@ -29,11 +29,13 @@ Probe = Callable[[int], int]
 
 @dataclass(frozen=True, slots=True)
 class Fixture:
-    """One saver's threads: one to append to per message count, one per read size."""
+    """One saver's threads: one to append to per message count, one per read size, and
+    one whose new checkpoints are read back at once."""
 
     puts: dict[int, CheckpointChain]
     writes: CheckpointChain
     reads: dict[int, CheckpointChain]
+    new_reads: CheckpointChain
 
 
 def _read_thread(saver: Saver, size: int, length: int) -> CheckpointChain:
@@ -56,6 +58,7 @@ def _fixture(saver: Saver, read_length: int) -> Fixture:
         puts={size: CheckpointChain(saver, f"put-{size}", make_messages(size)) for size in SIZES},
         writes=CheckpointChain(saver, "writes", make_messages(WRITES_SIZE)),
         reads={size: _read_thread(saver, size, read_length) for size in SIZES},
+        new_reads=CheckpointChain(saver, "new-read", make_messages(SIZES[0])),
     )
 
 
@@ -79,6 +82,20 @@ def _get_latest(chain: CheckpointChain) -> Probe:
     return lambda _round: timed_ns(lambda: chain.saver.get_tuple(config))
 
 
+def _get_new_latest(chain: CheckpointChain) -> Probe:
+    """Put a checkpoint (untimed), then read the thread's latest: the first read of a
+    checkpoint this saver instance has just written, as at the start of an invoke."""
+    config = thread_config(chain.thread_id)
+
+    def probe(_round: int) -> int:
+        chain.put()
+        elapsed, found = timed(lambda: chain.saver.get_tuple(config))
+        expect_checkpoint(found, chain.ids[-1], len(chain.messages), 0)
+        return elapsed
+
+    return probe
+
+
 def _get_by_id(chain: CheckpointChain) -> Probe:
     """Cycle through the thread's older checkpoints (every one but the latest)."""
     configs = [thread_config(chain.thread_id, checkpoint_id) for checkpoint_id in chain.ids[:-1]]
@@ -94,6 +111,7 @@ OPERATIONS: tuple[tuple[str, Callable[[Fixture], Probe]], ...] = (
     *((f"put · {n} msgs", lambda fx, n=n: _put(fx.puts[n])) for n in SIZES),
     ("put_writes · 2 writes", lambda fx: _put_writes(fx.writes)),
     *((f"get_tuple latest · {n} msgs", lambda fx, n=n: _get_latest(fx.reads[n])) for n in SIZES),
+    (f"get_tuple latest after its put · {SIZES[0]} msgs", lambda fx: _get_new_latest(fx.new_reads)),
     (f"get_tuple by id · {SIZES[0]} msgs", lambda fx: _get_by_id(fx.reads[SIZES[0]])),
     (f"list limit={LIST_LIMIT} · {SIZES[0]} msgs", lambda fx: _list(fx.reads[SIZES[0]])),
 )
@@ -111,7 +129,10 @@ def run(ctx: Context) -> list[Table]:
             "and one `branch:to:*` trigger via `saver.get_next_version`, so `messages` is "
             "serialized in full on every put. put_writes targets a checkpoint put just "
             f"before it (untimed). Reads hit a {profile.read_thread_length}-checkpoint "
-            "thread whose latest checkpoint has 2 pending writes.",
+            "thread whose latest checkpoint has 2 pending writes, the same checkpoint again "
+            "and again. *after its put*: each sample puts a checkpoint (untimed), then reads "
+            "the thread's latest, which must be that checkpoint: the read at the start of an "
+            "invoke, of what the same saver instance has just written.",
         ],
     )
     with ExitStack() as stack:

@@ -1,8 +1,10 @@
 """Restart: a fresh saver instance opens and serves its first read of an existing thread.
 
-For the tiered ``DurableSaver`` two cases: *hot*, Redis still holds the thread, and *cold*,
-every key under the saver's prefix was deleted first (SCAN + UNLINK of that prefix only),
-so the read must come from Postgres.
+Two tables: a new instance in this process (construct + ``setup()``, then two reads), and a
+new process per sample (construct without ``setup()``, as an application process opens
+once the schema exists, then its first read). For the tiered ``DurableSaver`` two cases:
+*hot*, Redis still holds the thread, and *cold*, every key under the saver's prefix was
+deleted first (SCAN + UNLINK of that prefix only), so the read must come from Postgres.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal
 
 from benchmarks import infra
 from benchmarks.context import Context
+from benchmarks.fresh_process import FirstRead, Request, first_read
 from benchmarks.report import NOTE, SAVER, Column, Row, Table, add_ratios, error_row
 from benchmarks.savers import Namespace, SaverSpec, drain, namespace
 from benchmarks.sections._common import SAMPLES, quantile_cells, quantile_columns
@@ -79,10 +82,15 @@ def _seed(target: Target, ns: Namespace) -> str:
     return chain.ids[-1]
 
 
-def _probe(target: Target, ns: Namespace, expected_id: str, _round: int) -> Sample:
-    """Open a fresh instance and read the thread twice; check the first answer."""
+def _prepare(target: Target, ns: Namespace) -> None:
+    """Put the hot tier in the target's state: a cold target's keys are deleted."""
     if target.variant == "cold":
         infra.delete_prefix(ns.redis_url, ns.key_prefix)
+
+
+def _probe(target: Target, ns: Namespace, expected_id: str, _round: int) -> Sample:
+    """Open a fresh instance and read the thread twice; check the first answer."""
+    _prepare(target, ns)
     hot_keys = infra.count_prefix(ns.redis_url, ns.key_prefix) if target.spec.tiered else None
     config = thread_config(THREAD)
     start = time.perf_counter_ns()
@@ -115,8 +123,75 @@ def _row(name: str, series: Series[Sample]) -> Row:
     return row
 
 
+def _new_process_probe(target: Target, request: Request, _round: int) -> FirstRead:
+    """Start a new process that opens the saver without setup() and reads the thread."""
+    _prepare(target, request.namespace())
+    return first_read(request)
+
+
+def _new_process_row(name: str, series: Series[FirstRead]) -> Row:
+    """Medians of construct, of the first read, and of both together, in ms."""
+    if series.error is not None:
+        return error_row(name, series.error)
+    samples = series.values
+    both = summarize([s.construct_ns + s.first_ns for s in samples])
+    return {
+        "saver": name,
+        "construct_ms": summarize([s.construct_ns for s in samples]).p50 / 1000,
+        "first_ms": summarize([s.first_ns for s in samples]).p50 / 1000,
+        "both_ms": both.p50 / 1000,
+        "n": both.n,
+    }
+
+
+def _volatile_rows(ctx: Context) -> list[Row]:
+    return [
+        {"saver": spec.name, NOTE: "n/a: in-process state; a fresh instance starts empty"}
+        for spec in ctx.specs
+        if spec.volatile
+    ]
+
+
+def _new_process_table(
+    ctx: Context, requests: dict[Target, Request], unseeded: list[Row]
+) -> Table:
+    """A new interpreter per sample, targets interleaved round by round."""
+    table = Table(
+        SECTION,
+        "Restart: a new process's first get_tuple (latest), without setup()",
+        (
+            SAVER,
+            Column("construct_ms", "construct p50 ms", "ms"),
+            Column("first_ms", "1st get_tuple p50 ms", "ms"),
+            Column("both_ms", "construct + 1st p50 ms", "ms"),
+            Column("x_postgres", "vs pg (construct + 1st)", "ratio"),
+            SAMPLES,
+        ),
+        notes=[
+            "Each sample starts a new interpreter (`python -m benchmarks.fresh_process`) that "
+            "imports everything, then, timed: constructs the saver on the existing schema "
+            "without setup() (PostgresSaver: opens its connection; DurableSaver: its "
+            "constructor), and reads the same thread as above, checked as above. "
+            "construct + 1st is the median of each sample's sum.",
+        ],
+    )
+    probes = {
+        target.name: partial(_new_process_probe, target, request)
+        for target, request in requests.items()
+    }
+    log.info("%s: %d targets in new processes", SECTION, len(probes))
+    series = round_robin(
+        probes, rounds=ctx.profile.new_process_rounds, warmup=ctx.profile.new_process_warmup
+    )
+    table.rows = [_new_process_row(name, entry) for name, entry in series.items()]
+    table.rows.extend([*unseeded, *_volatile_rows(ctx)])
+    add_ratios(table.rows, "both_ms")
+    return table
+
+
 def run(ctx: Context) -> list[Table]:
-    """Seed each target once, then restart them in turn, a fresh instance per sample."""
+    """Seed each target once, then restart them in turn, a fresh instance per sample; then
+    the same in a new process per sample."""
     table = Table(
         SECTION,
         "Restart: a fresh instance's open and first get_tuple (latest)",
@@ -136,23 +211,24 @@ def run(ctx: Context) -> list[Table]:
         ],
     )
     probes: dict[str, Callable[[int], Sample]] = {}
+    requests: dict[Target, Request] = {}
+    unseeded: list[Row] = []
     for target in _targets(ctx):
         ns = target.namespace(ctx)
         try:
             expected_id = _seed(target, ns)
         except Exception as exc:
-            table.rows.append(error_row(target.name, describe(exc)))
+            unseeded.append(error_row(target.name, describe(exc)))
             continue
         probes[target.name] = partial(_probe, target, ns, expected_id)
+        requests[target] = Request.of(
+            ns, thread=THREAD, checkpoint_id=expected_id, messages=MESSAGES, writes=PENDING_WRITES
+        )
     log.info("%s: %d targets", SECTION, len(probes))
     series = round_robin(
         probes, rounds=ctx.profile.restart_rounds, warmup=ctx.profile.restart_warmup
     )
-    table.rows[:0] = [_row(name, entry) for name, entry in series.items()]
-    table.rows.extend(
-        {"saver": spec.name, NOTE: "n/a: in-process state; a fresh instance starts empty"}
-        for spec in ctx.specs
-        if spec.volatile
-    )
+    table.rows = [_row(name, entry) for name, entry in series.items()]
+    table.rows.extend([*unseeded, *_volatile_rows(ctx)])
     add_ratios(table.rows, "first_p50")
-    return [table]
+    return [table, _new_process_table(ctx, requests, unseeded)]
