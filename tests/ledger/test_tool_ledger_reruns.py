@@ -27,6 +27,7 @@ from langgraph_durable import (
     durable_tool,
 )
 from langgraph_durable._tiers.host import process_owner
+from tests.support.checkpoints import put_value
 from tests.support.graphs import model_then_tool_graph
 from tests.support.tool_calls import echo_tool, new_thread, sql, thread_config, tool_call
 
@@ -72,6 +73,33 @@ def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
     given = {} if durability is None else {"durability": durability}
     graph.invoke({"messages": [("user", "buy")]}, thread_config(new_thread()), **given)
     assert seen == [1]
+
+
+def test_a_settled_call_asked_for_again_replays_without_waiting_for_its_decision(
+        make_saver: Any, namespace: tuple[str, str], write_mode: str) -> None:
+    """A call the ledger holds as succeeded was decided durably before it first ran, so a
+    run asking for it again (here a replay from the checkpoint that decided it) gets the
+    recorded result at once, from the same look at Postgres that would have waited: the
+    tool does not run again, and written behind no journal is drained for it (another
+    thread's unflushed checkpoint stays in Redis alone)."""
+    saver = make_saver(flush_interval=60.0)
+    calls: list[int] = []
+    graph = model_then_tool_graph(saver, echo_tool(saver, calls), {"x": 7},
+                                  lambda: f"call-{uuid.uuid4().hex}")
+    thread = new_thread()
+    graph.invoke({"messages": [("user", "go")]}, thread_config(thread))
+    decided = next(s for s in graph.get_state_history(thread_config(thread))
+                   if s.next == ("tools",))
+    other = new_thread()
+    put_value(saver, other, "unflushed")
+
+    replayed = graph.invoke(None, decided.config)
+
+    assert calls == [7]
+    assert replayed["messages"][-1].content == "echo 7"
+    in_postgres = sql(f'SELECT 1 FROM "{namespace[0]}".lgd_checkpoints WHERE thread_id = %s',
+                      other)
+    assert in_postgres == ([] if write_mode == "behind" else [(1,)])
 
 
 @pytest.mark.parametrize("policy", ["raise", "idempotent", "finished"])

@@ -83,8 +83,8 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
     recorded), `IdempotencyConflictError`, `ToolCallInProgressError`,
     `ToolOutcomeUncertainError`, or `TierUnavailableError` when Postgres is unreachable.
     """
-    yield from _decision_durable(ctx, spec)
-    seen = yield from _claim(ctx, spec)
+    recorded = yield from _decision_durable(ctx, spec)  # a call settled for good, replayed
+    seen = recorded if recorded is not None else (yield from _claim(ctx, spec))
     if seen.claimed:
         return (yield from _fresh(ctx, spec, seen.record))
     if seen.record.key != spec.key:  # the same call under another key: it goes on as that
@@ -149,15 +149,19 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
             seen = again
 
 
-def _decision_durable(ctx: Context, spec: CallSpec) -> Op[None]:
+def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
     """Hold the call until the checkpoint that decided it (the one holding the model's tool
     call, and every one before it) is in Postgres: a crash after the effect must resume
     from that decision, never ask the model again (a new answer, new tool-call ids, new
     keys). Write-through with LangGraph's ``durability="sync"``: committed before the step
     ran, nothing to do. ``"async"``: the put may still be in flight; wait for it.
-    Write-behind: move the thread's journal to Postgres first (and again while the put is in
-    flight). ``"exit"``: LangGraph writes no checkpoint before the run ends, so there is
-    nothing to wait for: said once, loudly.
+    Write-behind: move the thread's journal to Postgres (again while the put is in flight).
+    ``"exit"``: LangGraph writes no checkpoint before the run ends, so there is nothing to
+    wait for: said once, loudly.
+
+    Each look at Postgres reads the call's record too. A call recorded as settled for good
+    (succeeded, or failed and not to be retried) was decided durably before it first ran:
+    it is returned, to be replayed at once (a resumed run's replays wait for nothing).
 
     Raises:
         TierUnavailableError: Postgres (or, written behind, Redis) cannot be reached; the
@@ -165,22 +169,27 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[None]:
         ToolCallError: the checkpoint did not reach Postgres within ``write_deadline``.
     """
     if spec.decided_by is None:
-        return
+        return None
     if spec.durability == "exit":
         _warn_exit_durability(spec)
-        return
+        return None
     behind = ctx.config.write_mode == "behind"
     if not behind and spec.durability != "async":
-        return
+        return None
     deadline = seconds(ctx.config.write_deadline)
     where = {"thread_id": spec.thread_id, "checkpoint_ns": spec.checkpoint_ns,
-             "checkpoint_id": spec.decided_by}
+             "checkpoint_id": spec.decided_by, "key": spec.key}
+    decision = statements(ctx.config.schema).decision
     waited, polls = 0.0, 0
     while True:
-        if behind:
-            yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
-        if (yield Cold.one(ctx.statements.checkpoint_stored_sql, where, fetch=True))[0]:
-            return
+        row = (yield Cold.one(decision, where, fetch=True))[0][0]
+        if row["key"] is not None:
+            seen = from_row(ctx, row)
+            if seen.record.status == "succeeded" or (
+                    seen.record.status == "failed" and not seen.record.retryable):
+                return seen
+        if row["decided"]:
+            return None
         if waited >= deadline:
             raise ToolCallError(
                 f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) did not run: "
@@ -188,9 +197,15 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[None]:
                 f"within {deadline:g}s (write_deadline)",
                 key=spec.key,
             )
+        if behind and polls == 0:  # moved at once; then polled while its put is in flight
+            yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
+            polls = 1
+            continue
         delay = max(0.001, min(_DECIDING.compute(polls), deadline - waited))
         polls, waited = polls + 1, waited + delay
         yield Pause(delay)
+        if behind:
+            yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
 
 
 _warned_exit = False

@@ -196,6 +196,22 @@ WHERE key = (SELECT key FROM same)
 # %(key)s
 GET_SQL = "SELECT " + _RECORD + " FROM {schema}.lgd_tool_calls WHERE key = %(key)s"
 
+# Whether Postgres holds the checkpoint that decided a call, and the call's record if it
+# has one (all its columns NULL when not), in one round trip (`protocol._decision_durable`).
+# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(key)s
+DECISION_SQL = (
+    """
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.lgd_checkpoints
+    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
+      AND checkpoint_id = %(checkpoint_id)s) AS decided, r.*
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT """
+    + _RECORD
+    + """ FROM {schema}.lgd_tool_calls WHERE key = %(key)s) AS r ON true
+"""
+)
+
 # %(thread_id)s
 LIST_SQL = (
     "SELECT " + _RECORD + " FROM {schema}.lgd_tool_calls WHERE thread_id = %(thread_id)s"
@@ -358,6 +374,7 @@ class LedgerStatements(Rendered):
     TEMPLATES: ClassVar[Mapping[str, str]] = {
         "claim": CLAIM_SQL,
         "get": GET_SQL,
+        "decision": DECISION_SQL,
         "list": LIST_SQL,
         "count": COUNT_SQL,
         "mark_uncertain": MARK_UNCERTAIN_SQL,
@@ -373,6 +390,7 @@ class LedgerStatements(Rendered):
 
     claim: sql.SQL
     get: sql.SQL
+    decision: sql.SQL
     list: sql.SQL
     count: sql.SQL
     mark_uncertain: sql.SQL

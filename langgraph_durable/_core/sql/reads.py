@@ -1,15 +1,6 @@
-"""Statements that read checkpoints: tuples (latest, by id, a list), delta chains, and
-whether one is stored."""
+"""Statements that read checkpoints: tuples (latest, by id, a list) and delta chains."""
 
 from __future__ import annotations
-
-# Whether Postgres holds a checkpoint (the one that decided a tool call: `_core.ledger`).
-# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s
-CHECKPOINT_STORED_SQL = """
-SELECT 1 FROM {schema}.lgd_checkpoints
-WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-  AND checkpoint_id = %(checkpoint_id)s
-"""
 
 # One tuple row per checkpoint: the checkpoint, its blobs and its pending writes, in a
 # single round trip. The checkpoints are picked first (by primary key, with the order and

@@ -33,7 +33,6 @@ class Statements(Rendered):
     TEMPLATES: ClassVar[Mapping[str, str]] = _TEMPLATES
 
     bump_thread_sql: sql.SQL
-    checkpoint_stored_sql: sql.SQL
     copy_source_blobs_sql: sql.SQL
     copy_source_checkpoints_sql: sql.SQL
     copy_source_writes_sql: sql.SQL
