@@ -7,6 +7,7 @@ engine passes in what it learned (the journal consumer's name).
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import secrets
 import threading
@@ -130,10 +131,21 @@ class Latencies:
         return out
 
 
-def new_version() -> str:
-    """A fresh cache token for a checkpoint's hot copy (never drawn from `uuid.uuid4`, which
-    applications patch for deterministic ids)."""
-    return secrets.token_hex(8)
+class Tokens:
+    """Fresh tokens: the cache token of a checkpoint's hot copy, a read's warm ticket.
+
+    A token is this process's random prefix and a counter: unique across processes without
+    a system call per token (``os.urandom`` is slow on some virtual machines). A child
+    after ``fork()`` draws a prefix of its own (`Context.forked`). Never drawn from
+    `uuid.uuid4`, which applications patch for deterministic ids.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._count = itertools.count()
+
+    def new(self) -> str:
+        return f"{self._prefix}{next(self._count):x}"
 
 
 class TupleCache:
@@ -265,6 +277,7 @@ class Context:
     marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
+    tokens: Tokens = field(default_factory=Tokens)
     lineage: Lineage = field(default_factory=Lineage)  # which puts extend the head
     seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
     sweeps: SweepTotals = field(default_factory=SweepTotals)
@@ -281,8 +294,9 @@ class Context:
 
     def forked(self, consumer: str) -> None:
         """In a child after ``fork()``: its own name in the journal's group (the parent's
-        pending entries stay the parent's), and new locks."""
+        pending entries stay the parent's), its own tokens, and new locks."""
         self.consumer = consumer
+        self.tokens = Tokens()  # the parent's counter goes on there
         self.breaker.forked()
         self.cache.forked()
         self.lineage.forked()
