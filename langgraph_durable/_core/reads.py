@@ -214,6 +214,29 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     return tup
 
 
+def _hot_read(
+    ctx: Context, where: Location, found: Callable[[], HotRecord], *, again: bool
+) -> Op[CheckpointTuple | None]:
+    """Decode the checkpoint Redis sent (``found`` parses it) and keep it for the next
+    read (`TupleCache`): the record when decoded for the first time, a copy of the tuple
+    when decoded ``again`` (from the record held). ``None`` when a frame fails: the caller
+    reads Postgres."""
+    try:
+        record = found()
+        tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
+    except Damaged as damage:
+        logger.warning(
+            "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
+        )
+        return None
+    if again:
+        ctx.cache.store(
+            where.thread_id, where.checkpoint_ns, record.checkpoint_id, record.version, tup)
+    else:
+        ctx.cache.remember(where.thread_id, where.checkpoint_ns, record)
+    return tup
+
+
 def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     """The checkpoint ``where`` names (its namespace's latest without an id)."""
     keys = ctx.layout.thread(where.thread_id)
@@ -223,22 +246,16 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
         ctx, _get(ctx, keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
     )
     if reply is not None and reply.reply is Reply.SAME:
-        cached: CheckpointTuple | None = ctx.cache.load(
-            where.thread_id, ns, reply.checkpoint_id, held_version
-        )
+        cached = ctx.cache.load(where.thread_id, ns, reply.checkpoint_id, held_version)
+        if isinstance(cached, HotRecord):
+            record = cached
+            cached = yield from _hot_read(ctx, where, lambda: record, again=True)
         if cached is not None:
             return cached
         reply = yield from _found(ctx, _get(ctx, keys, ns, reply.checkpoint_id, ctx.ttl_ms))
     if reply is not None and reply.reply is Reply.HIT:
-        try:
-            record = reply.record()
-            tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
-        except Damaged as damage:
-            logger.warning(
-                "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
-            )
-        else:
-            ctx.cache.store(where.thread_id, ns, record.checkpoint_id, record.version, tup)
+        tup = yield from _hot_read(ctx, where, reply.record, again=False)
+        if tup is not None:
             return tup
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
