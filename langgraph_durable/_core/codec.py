@@ -122,8 +122,13 @@ def decode_frame(frame: bytes) -> tuple[str, bytes]:
 
 
 def dumps_metadata(metadata: Any) -> str:
-    """Encode checkpoint metadata as JSON text (stored as ``jsonb`` and in Redis)."""
-    return json.dumps(metadata, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    """Encode checkpoint metadata as JSON text (stored as ``jsonb`` and in Redis).
+
+    Raises:
+        ValueError: it holds NaN or an infinite float (JSON has neither).
+        TypeError: it holds a value JSON cannot.
+    """
+    return _METADATA_JSON.encode(metadata)
 
 
 def unstorable_json(value: Any, path: str) -> str | None:
@@ -167,3 +172,8 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     raise TypeError(f"metadata value of type {type(value).__name__} is not JSON-serializable")
+
+
+# made once: making an encoder costs about as much as encoding a step's metadata
+_METADATA_JSON = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default)

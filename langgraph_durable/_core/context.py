@@ -7,6 +7,7 @@ engine passes in what it learned (the journal consumer's name).
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import secrets
 import threading
@@ -15,11 +16,13 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.lineage import Lineage
 from langgraph_durable._core.requests import Hot
+from langgraph_durable._core.scripts.thread import HotRecord
 from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
@@ -130,24 +133,40 @@ class Latencies:
         return out
 
 
-def new_version() -> str:
-    """A fresh cache token for a checkpoint's hot copy (never drawn from `uuid.uuid4`, which
-    applications patch for deterministic ids)."""
-    return secrets.token_hex(8)
+class Tokens:
+    """Fresh tokens: the cache token of a checkpoint's hot copy, a read's warm ticket.
+
+    A token is this process's random prefix and a counter: unique across processes without
+    a system call per token (``os.urandom`` is slow on some virtual machines). A child
+    after ``fork()`` draws a prefix of its own (`Context.forked`). Never drawn from
+    `uuid.uuid4`, which applications patch for deterministic ids.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._count = itertools.count()
+
+    def new(self) -> str:
+        return f"{self._prefix}{next(self._count):x}"
 
 
 class TupleCache:
-    """Decoded checkpoint tuples this process read from Redis, keyed by version token.
+    """Checkpoint tuples this process read from Redis, keyed by version token.
 
-    Each entry is kept pickled, and every hit unpickles a fresh copy, so no caller can
-    mutate an object the cache holds. Redis decides whether an entry is current (the GET
-    script compares the checkpoint's version token), so the cache is never stale.
+    A checkpoint decoded for the first time is kept as the record Redis sent (`remember`;
+    its bytes are in memory already): most reads are of a checkpoint read once (a run's
+    next read is of the checkpoint its last step wrote), and keeping a copy of the decoded
+    tuple costs about as much as reading it back. A hit on a record decodes it again, and
+    that tuple is kept pickled (`store`): every later hit unpickles a fresh copy, so no
+    caller can mutate an object the cache holds. Redis decides whether an entry is current
+    (the GET script compares the checkpoint's version token), so the cache is never stale.
     """
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str, str], tuple[str, bytes]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str], tuple[str, bytes | HotRecord]] = (
+            OrderedDict())
         self._latest: dict[tuple[str, str], str] = {}
         self.hits = 0
 
@@ -158,25 +177,43 @@ class TupleCache:
             entry = self._entries.get((thread_id, ns, cid))
         return (cid, entry[0]) if entry else ("", "")
 
-    def load(self, thread_id: str, ns: str, checkpoint_id: str, version: str) -> Any:
+    def load(
+        self, thread_id: str, ns: str, checkpoint_id: str, version: str
+    ) -> CheckpointTuple | HotRecord | None:
+        """A fresh copy of the tuple held at ``version``, or the record held (for the
+        caller to decode and `store`), or ``None``."""
         with self._lock:
             entry = self._entries.get((thread_id, ns, checkpoint_id))
             if entry is None or entry[0] != version:
                 return None
             self._entries.move_to_end((thread_id, ns, checkpoint_id))
             self.hits += 1
-        return pickle.loads(entry[1])
+        held = entry[1]
+        if isinstance(held, HotRecord):
+            return held
+        value: CheckpointTuple = pickle.loads(held)
+        return value
 
-    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str, value: Any) -> None:
-        if not version:
-            return
+    def remember(self, thread_id: str, ns: str, record: HotRecord) -> None:
+        """Hold a record just decoded."""
+        self._put(thread_id, ns, record.checkpoint_id, record.version, record)
+
+    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str,
+              value: CheckpointTuple) -> None:
+        """Hold a copy of a tuple decoded from a held record."""
         try:
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # a value pickle cannot copy is simply not cached
             return
+        self._put(thread_id, ns, checkpoint_id, version, data)
+
+    def _put(self, thread_id: str, ns: str, checkpoint_id: str, version: str,
+             held: bytes | HotRecord) -> None:
+        if not version:
+            return
         with self._lock:
             key = (thread_id, ns, checkpoint_id)
-            self._entries[key] = (version, data)
+            self._entries[key] = (version, held)
             self._entries.move_to_end(key)
             if checkpoint_id > self._latest.get((thread_id, ns), ""):
                 self._latest[(thread_id, ns)] = checkpoint_id
@@ -265,6 +302,7 @@ class Context:
     marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
+    tokens: Tokens = field(default_factory=Tokens)
     lineage: Lineage = field(default_factory=Lineage)  # which puts extend the head
     seal: Seal = field(default_factory=Seal)  # how frames are sealed and verified
     sweeps: SweepTotals = field(default_factory=SweepTotals)
@@ -281,8 +319,9 @@ class Context:
 
     def forked(self, consumer: str) -> None:
         """In a child after ``fork()``: its own name in the journal's group (the parent's
-        pending entries stay the parent's), and new locks."""
+        pending entries stay the parent's), its own tokens, and new locks."""
         self.consumer = consumer
+        self.tokens = Tokens()  # the parent's counter goes on there
         self.breaker.forked()
         self.cache.forked()
         self.lineage.forked()

@@ -60,8 +60,11 @@ import xxhash
 from langgraph_durable.errors import ConfigurationError
 
 
+@functools.lru_cache(maxsize=1024)
 def b64(value: str) -> str:
-    """Encode a user string for use inside a key name (no ``{}:``, injective)."""
+    """Encode a user string for use inside a key name (no ``{}:``, injective). The
+    strings in use are remembered: every key of a thread's calls repeats its id and
+    namespace."""
     return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
 
 
@@ -125,7 +128,8 @@ def thread_base(prefix: str, name: str, tag: str | None) -> str:
 
 
 class ThreadKeys:
-    """The key names of one thread."""
+    """The key names of one thread; shared by the operations on it (`Layout.thread`), so
+    never changed once made."""
 
     __slots__ = ("base", "blob_hashes", "checkpoints", "intents", "registry", "thread_id",
                  "unflushed", "versions")
@@ -251,8 +255,10 @@ class Layout:
         return xxhash.xxh64_intdigest(thread_id.encode()) % self.shards
 
     def thread(self, thread_id: str) -> ThreadKeys:
+        """The key names of a thread (those of the threads in use are remembered: every
+        operation asks for them)."""
         tag = None if self.tags is None else self.tags[self.shard(thread_id)]
-        return ThreadKeys(self.prefix, thread_id, tag)
+        return _thread_keys(self.prefix, thread_id, tag)
 
     def nobody(self, k: int) -> ThreadKeys:
         """Thread-shaped keys of shard ``k`` that belong to no thread (``.`` is not
@@ -320,6 +326,11 @@ class Layout:
                 f"key prefix {prefix!r} recorded the key layout {value[:80]!r}, not one such "
                 "as 'shards=4'")
         return cls(prefix, shards=int(count), cluster=cluster)
+
+
+@functools.lru_cache(maxsize=1024)
+def _thread_keys(prefix: str, thread_id: str, tag: str | None) -> ThreadKeys:
+    return ThreadKeys(prefix, thread_id, tag)
 
 
 @functools.lru_cache(maxsize=64)

@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_durable._core import journal, stored_types
 from langgraph_durable._core.codec import FrameError, loads_metadata
-from langgraph_durable._core.context import Context, new_version
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.hot import bypassed, try_hot
 from langgraph_durable._core.keys import (
     ThreadKeys,
@@ -134,7 +134,7 @@ def _repair_cold(
 ) -> Op[CheckpointTuple | None]:
     keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
-    reply = yield from try_hot(ctx, _get(keys, ns, row["checkpoint_id"], 0))
+    reply = yield from try_hot(ctx, _get(ctx, keys, ns, row["checkpoint_id"], 0))
     found = thread.found(reply) if reply else None
     if found is None or found.reply is not Reply.HIT:
         return None
@@ -179,10 +179,10 @@ def _repair_cold(
 
 
 def _get(
-    keys: ThreadKeys, ns: str, checkpoint_id: str, ttl_ms: int, held: str = "",
+    ctx: Context, keys: ThreadKeys, ns: str, checkpoint_id: str, ttl_ms: int, held: str = "",
     held_version: str = "",
 ) -> Hot:
-    return thread.get(keys, ns, checkpoint_id, ttl_ms, new_version(), held, held_version)
+    return thread.get(keys, ns, checkpoint_id, ttl_ms, ctx.tokens.new(), held, held_version)
 
 
 def _found(ctx: Context, request: Hot) -> Op[thread.Found | None]:
@@ -214,31 +214,48 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     return tup
 
 
+def _hot_read(
+    ctx: Context, where: Location, found: Callable[[], HotRecord], *, again: bool
+) -> Op[CheckpointTuple | None]:
+    """Decode the checkpoint Redis sent (``found`` parses it) and keep it for the next
+    read (`TupleCache`): the record when decoded for the first time, a copy of the tuple
+    when decoded ``again`` (from the record held). ``None`` when a frame fails: the caller
+    reads Postgres."""
+    try:
+        record = found()
+        tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
+    except Damaged as damage:
+        logger.warning(
+            "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
+        )
+        return None
+    if again:
+        ctx.cache.store(
+            where.thread_id, where.checkpoint_ns, record.checkpoint_id, record.version, tup)
+    else:
+        ctx.cache.remember(where.thread_id, where.checkpoint_ns, record)
+    return tup
+
+
 def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     """The checkpoint ``where`` names (its namespace's latest without an id)."""
     keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
     reply = yield from _found(
-        ctx, _get(keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
+        ctx, _get(ctx, keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
     )
     if reply is not None and reply.reply is Reply.SAME:
-        cached: CheckpointTuple | None = ctx.cache.load(
-            where.thread_id, ns, reply.checkpoint_id, held_version
-        )
+        cached = ctx.cache.load(where.thread_id, ns, reply.checkpoint_id, held_version)
+        if isinstance(cached, HotRecord):
+            record = cached
+            cached = yield from _hot_read(ctx, where, lambda: record, again=True)
         if cached is not None:
             return cached
-        reply = yield from _found(ctx, _get(keys, ns, reply.checkpoint_id, ctx.ttl_ms))
+        reply = yield from _found(ctx, _get(ctx, keys, ns, reply.checkpoint_id, ctx.ttl_ms))
     if reply is not None and reply.reply is Reply.HIT:
-        try:
-            record = reply.record()
-            tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
-        except Damaged as damage:
-            logger.warning(
-                "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
-            )
-        else:
-            ctx.cache.store(where.thread_id, ns, record.checkpoint_id, record.version, tup)
+        tup = yield from _hot_read(ctx, where, reply.record, again=False)
+        if tup is not None:
             return tup
     if reply is None and ctx.config.write_mode == "behind":
         raise bypassed(where.thread_id)
@@ -289,7 +306,7 @@ def _warm(
         field = blob_field(channel, version)
         refs.append(field)
         blob_args += [field, frame]
-    write_args: list[str | bytes] = ["v", new_version()]
+    write_args: list[str | bytes] = ["v", ctx.tokens.new()]
     for w in writes:
         write_args += [write_field(w.task_id, w.idx), pack_write(w)]
     yield from try_hot(ctx, thread.warm(

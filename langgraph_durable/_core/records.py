@@ -223,22 +223,7 @@ def encode_checkpoint(
         for ch, (version, typed) in serialized.items()
     ]
     meta = get_serializable_checkpoint_metadata(config, metadata)
-    if problem := unstorable_json(meta, "metadata"):
-        raise SerializationError(
-            f"checkpoint metadata cannot be stored (Postgres jsonb refuses it): {problem}",
-            thread_id=where.thread_id,
-            checkpoint_ns=where.checkpoint_ns,
-            checkpoint_id=checkpoint_id,
-        )
-    try:
-        metadata_json = dumps_metadata(meta)
-    except (TypeError, ValueError) as exc:
-        raise SerializationError(
-            f"checkpoint metadata is not JSON-serializable: {exc}",
-            thread_id=where.thread_id,
-            checkpoint_ns=where.checkpoint_ns,
-            checkpoint_id=checkpoint_id,
-        ) from exc
+    metadata_json = _metadata_json(meta, where, checkpoint_id)
     run_id = meta.get("run_id")
     return StoredCheckpoint(
         where=where,
@@ -257,6 +242,41 @@ def encode_checkpoint(
         refs=[blob_field(ch, versions[ch]) for ch in values if ch in versions],
         types=types,
     )
+
+
+def _metadata_json(meta: CheckpointMetadata, where: Location, checkpoint_id: str) -> str:
+    """``meta`` as JSON text Postgres ``jsonb`` can hold. The text is checked; the value
+    is walked for what ``jsonb`` refuses (`unstorable_json` names it) only when the text
+    may hold some: NaN or an infinity fail the encoding, an unpaired surrogate fails the
+    text's, a NUL character is escaped as ``\\u0000``.
+
+    Raises:
+        SerializationError: the metadata is not JSON, or ``jsonb`` refuses it.
+    """
+    try:
+        text = dumps_metadata(meta)
+        text.encode()
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        _refuse_unstorable(meta, where, checkpoint_id)
+        raise SerializationError(
+            f"checkpoint metadata is not JSON-serializable: {exc}",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+        ) from exc
+    if "\\u0000" in text:  # a NUL, or an escaped backslash before "u0000"
+        _refuse_unstorable(meta, where, checkpoint_id)
+    return text
+
+
+def _refuse_unstorable(meta: CheckpointMetadata, where: Location, checkpoint_id: str) -> None:
+    if problem := unstorable_json(meta, "metadata"):
+        raise SerializationError(
+            f"checkpoint metadata cannot be stored (Postgres jsonb refuses it): {problem}",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+        )
 
 
 def encode_writes(

@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_durable._core import journal, stored_types
-from langgraph_durable._core.context import Context, new_version
+from langgraph_durable._core.context import Context
 from langgraph_durable._core.hot import (
     announce,
     bypassed,
@@ -91,7 +91,8 @@ def put(
         lambda: _put_statement(ctx, stored, cas),
         lambda: seal_entry(ctx, pack_checkpoint_entry(stored)),
         lambda token, ttl, row, journal: _put_hot(
-            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, journal
+            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, ctx.tokens.new(),
+            journal,
         ),
     )
     if rows == []:
@@ -242,6 +243,7 @@ def _put_hot(
     row: dict[str, Any] | None,
     cas: bool,
     keep: int,
+    token_v: str,
     journal: Journal | None = None,
 ) -> Hot:
     ns = stored.where.checkpoint_ns
@@ -255,7 +257,7 @@ def _put_hot(
     return scripts.put(
         keys, ns, token=token, ttl=ttl, checkpoint_id=stored.checkpoint_id, frame=stored.frame,
         metadata=stored.metadata, parent=stored.parent_id or "", refs=json.dumps(stored.refs),
-        keep=keep, token_v=new_version(), version=version, head=head, blob_pairs=blob_pairs,
+        keep=keep, token_v=token_v, version=version, head=head, blob_pairs=blob_pairs,
         journal=journal,
     )
 
@@ -280,7 +282,8 @@ def put_writes(
         lambda: _writes_statement(ctx, where, stored),
         lambda: seal_entry(ctx, pack_writes_entry(where, stored)),
         lambda token, ttl, row, journal: _writes_hot(
-            keys, where, stored, token, ttl, int(row["version"]) if row else 0, journal
+            keys, where, stored, token, ttl, int(row["version"]) if row else 0,
+            ctx.tokens.new(), journal,
         ),
     )
     if rows == []:  # Postgres stored nothing: the checkpoint's history was deleted
@@ -317,6 +320,7 @@ def _writes_hot(
     token: str,
     ttl: int,
     version: int,
+    token_v: str,
     journal: Journal | None = None,
 ) -> Hot:
     assert where.checkpoint_id is not None
@@ -325,7 +329,7 @@ def _writes_hot(
     for w in stored:
         fields += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
     return scripts.put_writes(
-        keys, ns, where.checkpoint_id, token=token, ttl=ttl, token_v=new_version(),
+        keys, ns, where.checkpoint_id, token=token, ttl=ttl, token_v=token_v,
         version=version, writes=fields, journal=journal,
     )
 

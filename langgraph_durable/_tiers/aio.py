@@ -222,8 +222,7 @@ class Tiers:
             try:
                 await conn.read_response()
             except NoScriptError:
-                command = self.scripts.command(request, source=True)
-                await conn.send_packed_command(conn.pack_command(*command))
+                await conn.send_packed_command(self.scripts.packed(request, source=True))
                 await conn.read_response()
             self.scripts.sent(request)
         except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
@@ -234,21 +233,19 @@ class Tiers:
 
     async def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
         if isinstance(request, HotBatch):
-            commands = [self.scripts.command(each, source=True) for each in request.requests]
-            await conn.send_packed_command(conn.pack_commands(commands))
-            replies = [await conn.read_response() for _ in commands]
+            await conn.send_packed_command(self.scripts.packed(*request.requests, source=True))
+            replies = [await conn.read_response() for _ in request.requests]
             if any(each.script.replicated for each in request.requests):
                 await self._replicated(conn)
             return replies
         if not request.wait:  # the reply is read before the connection's next use
-            await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
+            await conn.send_packed_command(self.scripts.packed(request))
             return None
         try:
-            await conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
+            await conn.send_packed_command(self.scripts.packed(request))
             reply = await conn.read_response()
         except NoScriptError:
-            command = self.scripts.command(request, source=True)
-            await conn.send_packed_command(conn.pack_command(*command))
+            await conn.send_packed_command(self.scripts.packed(request, source=True))
             reply = await conn.read_response()
         self.scripts.sent(request)
         if request.script.replicated:

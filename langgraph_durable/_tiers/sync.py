@@ -221,8 +221,7 @@ class Tiers:
             try:
                 conn.read_response()
             except NoScriptError:
-                command = self.scripts.command(request, source=True)
-                conn.send_packed_command(conn.pack_command(*command))
+                conn.send_packed_command(self.scripts.packed(request, source=True))
                 conn.read_response()
             self.scripts.sent(request)
         except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
@@ -233,21 +232,19 @@ class Tiers:
 
     def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
         if isinstance(request, HotBatch):
-            commands = [self.scripts.command(each, source=True) for each in request.requests]
-            conn.send_packed_command(conn.pack_commands(commands))
-            replies = [conn.read_response() for _ in commands]
+            conn.send_packed_command(self.scripts.packed(*request.requests, source=True))
+            replies = [conn.read_response() for _ in request.requests]
             if any(each.script.replicated for each in request.requests):
                 self._replicated(conn)
             return replies
         if not request.wait:  # the reply is read before the connection's next use
-            conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
+            conn.send_packed_command(self.scripts.packed(request))
             return None
         try:
-            conn.send_packed_command(conn.pack_command(*self.scripts.command(request)))
+            conn.send_packed_command(self.scripts.packed(request))
             reply = conn.read_response()
         except NoScriptError:
-            command = self.scripts.command(request, source=True)
-            conn.send_packed_command(conn.pack_command(*command))
+            conn.send_packed_command(self.scripts.packed(request, source=True))
             reply = conn.read_response()
         self.scripts.sent(request)
         if request.script.replicated:

@@ -128,3 +128,34 @@ def test_a_forked_child_flushes_its_writes_after_its_parent_is_gone(
     while not verdict.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert verdict.read_text() == "1"
+
+
+@pytest.mark.parametrize("write_mode", ["through", "behind"])
+def test_a_forked_childs_writes_are_never_taken_for_its_parents(saver: DurableSaver) -> None:
+    """Parent and child write the same checkpoint's pending writes after a fork, in the
+    same order of their own calls. The parent holds the checkpoint decoded (read after
+    its own write); when the child's write lands, the parent's next read returns it: the
+    child's write gave the checkpoint a cache token of its own, never one the parent also
+    hands out."""
+    fork = multiprocessing.get_context("fork")
+    thread = uuid.uuid4().hex
+    config = put_value(saver, thread, "root")
+    saver.get_tuple(config)
+    go: Any = fork.Event()
+
+    def child() -> None:
+        go.wait(20)
+        saver.put_writes(config, [("value", "child's")], "child-task")
+
+    proc = fork.Process(target=child)
+    proc.start()
+    try:
+        saver.put_writes(config, [("value", "parent's")], "parent-task")
+        assert saver.get_tuple(config) is not None  # now held decoded
+    finally:
+        go.set()
+        proc.join(30)
+    assert proc.exitcode == 0
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert sorted(task for task, _, _ in found.pending_writes) == ["child-task", "parent-task"]

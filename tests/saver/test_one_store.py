@@ -28,6 +28,7 @@ from tests.support.checkpoints import (
     hot_keys_pattern,
     put_after,
     put_line,
+    value_checkpoint,
     value_of,
 )
 from tests.support.graphs import chat_graph
@@ -99,6 +100,33 @@ def test_unflushed_writes_keep_every_key_of_their_namespace(make_saver: Any) -> 
                 keys.checkpoint("", config["configurable"]["checkpoint_id"])):
         assert client.pttl(key) == -1, key
     client.close()
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_an_unflushed_put_keeps_every_key_of_its_namespace(make_saver: Any) -> None:
+    """A write-behind put after a flush (which gave the keys their TTL back) removes the
+    TTL from every key it touches: the index, the blob hash, the registry, the versions
+    hash, and the checkpoint's hash also when it was there before the put (its pending
+    writes came first, as LangGraph's "async" durability may save them, and were
+    flushed)."""
+    saver = make_saver(background_flush=False, hot_ttl=3600)
+    thread = f"t-{uuid.uuid4()}"
+    (parent,) = put_line(saver, thread, ["v1"])
+    checkpoint, versions = value_checkpoint(saver, "v2")
+    saver.put_writes(config_of(thread, checkpoint["id"]), [("value", "w")], task_id="t1")
+    saver.flush()
+    keys = ThreadKeys(saver.config.key_prefix, thread)
+    touched = (keys.index(""), keys.blobs(""), keys.registry, keys.versions,
+               keys.checkpoint("", checkpoint["id"]))
+    client = redis.Redis.from_url(REDIS_URL)
+    assert all(client.pttl(key) > 0 for key in touched)
+    saver.put(parent, checkpoint, {"source": "loop", "step": 1}, versions)
+    for key in touched:
+        assert client.pttl(key) == -1, key
+    client.close()
+    found = saver.get_tuple(config_of(thread))
+    assert found is not None and found.checkpoint["id"] == checkpoint["id"]
+    assert found.pending_writes == [("t1", "value", "w")]
 
 
 @pytest.mark.parametrize("write_mode", ["through"])

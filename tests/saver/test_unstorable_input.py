@@ -46,6 +46,25 @@ def test_metadata_postgres_refuses_is_refused_at_put(
     assert cold_checkpoints(saver.config.schema, thread) == 0
 
 
+def test_metadata_that_only_looks_like_it_holds_a_nul_is_stored(saver: DurableSaver) -> None:
+    """A backslash before "u0000" is text JSON can carry (its escape holds no NUL): the
+    put is stored and the metadata reads back unchanged from both tiers."""
+    thread = f"t-{uuid.uuid4()}"
+    note = "JSON writes NUL as \\u0000, and \\\\u0000 is no NUL"
+    config = put_value(saver, thread, "v", metadata={"note": note})
+    found = saver.get_tuple(config)
+    assert found is not None and found.metadata["note"] == note
+    saver.flush()
+    assert cold_checkpoints(saver.config.schema, thread) == 1
+    cold = DurableSaver(saver.config.redis_url, saver.config.postgres_url,
+                        key_prefix=f"{saver.config.key_prefix}-cold", schema=saver.config.schema)
+    try:
+        found = cold.get_tuple(config)
+        assert found is not None and found.metadata["note"] == note
+    finally:
+        cold.close()
+
+
 def test_ids_over_the_limit_are_refused_and_ids_at_it_are_stored(saver: DurableSaver) -> None:
     """A random thread id or namespace of `MAX_ID_BYTES` bytes (no compression helps it
     fit Postgres' btree) round-trips through both tiers; one byte more is a

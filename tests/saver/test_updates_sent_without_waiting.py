@@ -162,7 +162,8 @@ def test_special_writes_landing_out_of_order_keep_each_fields_newest(
             stored = encode_writes(ctx.codec, where, [("__interrupt__", value)], task, "")
 
             def op() -> Any:
-                return (yield writes._writes_hot(keys, where, stored, "", 0, version))
+                token_v = ctx.tokens.new()
+                return (yield writes._writes_hot(keys, where, stored, "", 0, version, token_v))
 
             saver.engine.run(op())
 

@@ -10,5 +10,6 @@ script stays on one slot (see `keys.Layout` and docs/failure-model.md).
 
 TTL rule: a write-behind write PERSISTs what it touches until the flusher has moved it
 to Postgres; reads extend a TTL but never add one (``refresh``), so an unflushed key cannot
-expire.
+expire. No PERSIST is spent on a key that cannot have a TTL: the unflushed hash (no script
+gives it one) and a checkpoint hash the write itself made.
 """

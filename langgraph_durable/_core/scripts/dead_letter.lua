@@ -17,7 +17,6 @@ local payload
 for i = 1, #entry[2], 2 do
   if entry[2][i] == 'd' then payload = entry[2][i + 1] end
 end
-redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
-redis.call('PERSIST', KEYS[4])
+redis.call('HINCRBY', KEYS[4], ARGV[3], 1)  -- the unflushed hash never has a TTL
 redis.call('INCRBY', KEYS[3], string.len(payload))
 return redis.call('XADD', KEYS[2], '*', 'd', payload)

@@ -1,7 +1,8 @@
 -- The journal entry of a write-behind script, appended atomically with its write.
 -- Refuses when the journal is full (Postgres has been unreachable for a while), by entries
 -- or by payload bytes, before anything is written; a write that refuses (returns a reply)
--- appends nothing. Counts the payload's bytes in the journal's byte counter.
+-- appends nothing. Counts the payload's bytes in the journal's byte counter. The unflushed
+-- hash never has a TTL (no script gives it one), so nothing here removes one.
 -- The entry's arguments follow the write's own: ARGV[j+1] payload, ARGV[j+2] unflushed
 -- member, ARGV[j+3] bound in entries, ARGV[j+4] bound in payload bytes.
 -- Returns {BACKLOG, entries, bytes} (what the journal holds) when full, the write's
@@ -15,7 +16,6 @@ local function journaled(write, j, journal, journal_bytes, unflushed)
   local refused = write()
   if refused ~= nil then return refused end
   redis.call('HINCRBY', unflushed, ARGV[j + 2], 1)
-  redis.call('PERSIST', unflushed)
   redis.call('INCRBY', journal_bytes, string.len(ARGV[j + 1]))
   return redis.call('XADD', journal, '*', 'd', ARGV[j + 1])
 end

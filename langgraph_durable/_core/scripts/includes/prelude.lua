@@ -6,11 +6,15 @@ local function settle(key, ttl)
   if ttl < 0 then redis.call('PERSIST', key)
   elseif ttl > 0 then redis.call('PEXPIRE', key, ttl) end
 end
+-- The thread's tombstone (set when the thread was dropped), or 0.
+local function tombstone(vkey)
+  return tonumber(redis.call('HGET', vkey, '*') or '0') or 0
+end
 -- The newest version of a namespace's copy Redis has seen: its own, or the thread's
--- tombstone (set when the thread was dropped), whichever is larger.
+-- tombstone, whichever is larger.
 local function held(vkey, field)
   local own = tonumber(redis.call('HGET', vkey, field) or '0') or 0
-  local tomb = tonumber(redis.call('HGET', vkey, '*') or '0') or 0
+  local tomb = tombstone(vkey)
   return math.max(own, tomb), tomb
 end
 -- The versions hash outlives the thread's other keys: with no hot TTL (0) it has none.

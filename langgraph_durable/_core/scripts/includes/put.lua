@@ -80,9 +80,11 @@ local function write()
   end
   -- write-behind while a write through Postgres (or a sweep) is in flight on the thread (its
   -- intent): Postgres orders the two
+  local listed = false  -- the registry lists the index (a write-behind write asks first)
   if version == 0 then
     if redis.call('ZCARD', KEYS[1]) > 0 then return {COLD} end
-    if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then
+    listed = redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 1
+    if not listed then
       -- a namespace Redis does not hold goes through Postgres, which knows its head (an
       -- index started here could hide a newer one), unless this is a root of a namespace a
       -- read found empty since Redis last heard of it (see KNOWN_EMPTY)
@@ -99,15 +101,19 @@ local function write()
       end
     end
   end
-  adopt(KEYS[5], KEYS[2], KEYS[3], prefix)
-  redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6], 'bk', ARGV[7],
-             'v', ARGV[10])
+  if not listed then adopt(KEYS[5], KEYS[2], KEYS[3], prefix) end
+  -- all five fields new: this HSET made the hash (every writer of a checkpoint sets "v")
+  local made = redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6],
+                          'bk', ARGV[7], 'v', ARGV[10]) == 5
   redis.call('ZADD', KEYS[2], 0, ARGV[3])
   if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 15, 14 + 2 * n)) end
   redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
   if version > 0 then raise_version(KEYS[7], ARGV[13], version) end
   clear_intent(KEYS[1], KEYS[7], ARGV[1])
-  for i = 2, 5 do settle(KEYS[i], ttl) end
+  settle(KEYS[2], ttl)
+  settle(KEYS[3], ttl)
+  if not made or ttl >= 0 then settle(KEYS[4], ttl) end  -- a hash just made has no TTL
+  settle(KEYS[5], ttl)
   settle_versions(KEYS[7], ttl)
   local keep = tonumber(ARGV[8])
   local total = redis.call('ZCARD', KEYS[2])

@@ -38,10 +38,9 @@ local function write()
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
   end
   if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {COLD} end
-  local _, tomb = held(KEYS[7], ARGV[5])
-  if version > 0 and version < tomb then done() return 0 end
+  if version > 0 and version < tombstone(KEYS[7]) then done() return 0 end
   if version == 0 and redis.call('EXISTS', KEYS[5]) == 0
-     and (tomb > 0 or redis.call('EXISTS', KEYS[7]) == 0
+     and (tombstone(KEYS[7]) > 0 or redis.call('EXISTS', KEYS[7]) == 0
           or redis.call('HEXISTS', KEYS[7], '#') == 1) then
     return {COLD}
   end
