@@ -153,13 +153,15 @@ class Tokens:
 class TupleCache:
     """Checkpoint tuples this process read from Redis, keyed by version token.
 
-    A checkpoint decoded for the first time is kept as the record Redis sent (`remember`;
-    its bytes are in memory already): most reads are of a checkpoint read once (a run's
-    next read is of the checkpoint its last step wrote), and keeping a copy of the decoded
-    tuple costs about as much as reading it back. A hit on a record decodes it again, and
-    that tuple is kept pickled (`store`): every later hit unpickles a fresh copy, so no
-    caller can mutate an object the cache holds. Redis decides whether an entry is current
-    (the GET script compares the checkpoint's version token), so the cache is never stale.
+    A tuple is kept as a pickled copy, and every hit unpickles a fresh one, so no caller
+    can mutate an object the cache holds. Pickling costs about a sixth of decoding, yet
+    most checkpoints are read once (a run reads the checkpoint its last step wrote, then
+    writes newer ones), so a copy is made only when it is likely to serve: a checkpoint
+    decoded for the first time is kept as the record Redis sent (its bytes are in memory
+    already); a hit on that record decodes it again and keeps a copy. A namespace whose
+    last checkpoint held was read again (an application that reads the state between
+    runs) has the next one copied at once. Redis decides whether an entry is current (the
+    GET script compares the checkpoint's version token), so the cache is never stale.
     """
 
     def __init__(self, size: int = 1024) -> None:
@@ -168,6 +170,7 @@ class TupleCache:
         self._entries: OrderedDict[tuple[str, str, str], tuple[str, bytes | HotRecord]] = (
             OrderedDict())
         self._latest: dict[tuple[str, str], str] = {}
+        self._hit: dict[tuple[str, str], str] = {}  # the checkpoint of a namespace last hit
         self.hits = 0
 
     def held(self, thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, str]:
@@ -181,12 +184,13 @@ class TupleCache:
         self, thread_id: str, ns: str, checkpoint_id: str, version: str
     ) -> CheckpointTuple | HotRecord | None:
         """A fresh copy of the tuple held at ``version``, or the record held (for the
-        caller to decode and `store`), or ``None``."""
+        caller to decode and `keep`), or ``None``."""
         with self._lock:
             entry = self._entries.get((thread_id, ns, checkpoint_id))
             if entry is None or entry[0] != version:
                 return None
             self._entries.move_to_end((thread_id, ns, checkpoint_id))
+            self._hit[(thread_id, ns)] = checkpoint_id
             self.hits += 1
         held = entry[1]
         if isinstance(held, HotRecord):
@@ -194,32 +198,33 @@ class TupleCache:
         value: CheckpointTuple = pickle.loads(held)
         return value
 
-    def remember(self, thread_id: str, ns: str, record: HotRecord) -> None:
-        """Hold a record just decoded."""
-        self._put(thread_id, ns, record.checkpoint_id, record.version, record)
-
-    def store(self, thread_id: str, ns: str, checkpoint_id: str, version: str,
-              value: CheckpointTuple) -> None:
-        """Hold a copy of a tuple decoded from a held record."""
-        try:
-            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # a value pickle cannot copy is simply not cached
+    def keep(self, thread_id: str, ns: str, record: HotRecord, value: CheckpointTuple) -> None:
+        """Hold a checkpoint just decoded from ``record`` into ``value``: a copy of the
+        tuple when the checkpoint was read again (a hit on its record) or the namespace's
+        last checkpoint held was; else the record itself."""
+        if not record.version:
             return
-        self._put(thread_id, ns, checkpoint_id, version, data)
-
-    def _put(self, thread_id: str, ns: str, checkpoint_id: str, version: str,
-             held: bytes | HotRecord) -> None:
-        if not version:
-            return
+        checkpoint_id = record.checkpoint_id
+        with self._lock:
+            hit = self._hit.get((thread_id, ns))
+            if hit is not None and hit != checkpoint_id:  # the next one only if this is read
+                del self._hit[(thread_id, ns)]
+        held: bytes | HotRecord = record
+        if hit is not None:
+            try:
+                held = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # a value pickle cannot copy is simply not cached
+                return
         with self._lock:
             key = (thread_id, ns, checkpoint_id)
-            self._entries[key] = (version, held)
+            self._entries[key] = (record.version, held)
             self._entries.move_to_end(key)
             if checkpoint_id > self._latest.get((thread_id, ns), ""):
                 self._latest[(thread_id, ns)] = checkpoint_id
             while len(self._entries) > self.size:
                 (t, n, _), _ = self._entries.popitem(last=False)
                 self._latest.pop((t, n), None)
+                self._hit.pop((t, n), None)
 
     def forked(self) -> None:
         """In a child after ``fork()``: a new lock (another thread may have held it)."""

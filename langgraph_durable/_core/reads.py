@@ -215,12 +215,10 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
 
 
 def _hot_read(
-    ctx: Context, where: Location, found: Callable[[], HotRecord], *, again: bool
+    ctx: Context, where: Location, found: Callable[[], HotRecord]
 ) -> Op[CheckpointTuple | None]:
     """Decode the checkpoint Redis sent (``found`` parses it) and keep it for the next
-    read (`TupleCache`): the record when decoded for the first time, a copy of the tuple
-    when decoded ``again`` (from the record held). ``None`` when a frame fails: the caller
-    reads Postgres."""
+    read (`TupleCache.keep`); ``None`` when a frame fails: the caller reads Postgres."""
     try:
         record = found()
         tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
@@ -229,11 +227,7 @@ def _hot_read(
             "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
         )
         return None
-    if again:
-        ctx.cache.store(
-            where.thread_id, where.checkpoint_ns, record.checkpoint_id, record.version, tup)
-    else:
-        ctx.cache.remember(where.thread_id, where.checkpoint_ns, record)
+    ctx.cache.keep(where.thread_id, where.checkpoint_ns, record, tup)
     return tup
 
 
@@ -249,12 +243,12 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
         cached = ctx.cache.load(where.thread_id, ns, reply.checkpoint_id, held_version)
         if isinstance(cached, HotRecord):
             record = cached
-            cached = yield from _hot_read(ctx, where, lambda: record, again=True)
+            cached = yield from _hot_read(ctx, where, lambda: record)
         if cached is not None:
             return cached
         reply = yield from _found(ctx, _get(ctx, keys, ns, reply.checkpoint_id, ctx.ttl_ms))
     if reply is not None and reply.reply is Reply.HIT:
-        tup = yield from _hot_read(ctx, where, reply.record, again=False)
+        tup = yield from _hot_read(ctx, where, reply.record)
         if tup is not None:
             return tup
     if reply is None and ctx.config.write_mode == "behind":
