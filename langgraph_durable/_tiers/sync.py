@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
 
@@ -148,10 +149,10 @@ class Tiers:
             return self._cluster_hot(request)
         pool: Any = self.redis.connection_pool  # its connections, untyped in redis-py
         try:
-            conn = self._connection(pool)
+            conn, owing = self._connection(pool)
             try:
                 reply = conn.retry.call_with_retry(
-                    lambda: self._script(conn, request), lambda _: conn.disconnect())
+                    lambda: self._script(conn, request, owing), lambda _: conn.disconnect())
             except BaseException as exc:
                 # a reply left unread (a call cancelled midway, a batch stopped at its
                 # first refusal) would be the next caller's: only a script's own refusal,
@@ -167,19 +168,19 @@ class Tiers:
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
 
-    def _connection(self, pool: Any) -> Any:
-        """A connection for the next script: the one kept last (its owed reply read
-        first), else one from the pool."""
+    def _connection(self, pool: Any) -> tuple[Any, list[Hot]]:
+        """A connection for the next script: the one kept last, with the request whose
+        reply it still owes (`_script` reads that reply, once), else one from the pool."""
         try:
             conn, owed = self._held.pop()
         except IndexError:
             waiter = object()
             self._waiting.append(waiter)
             try:
-                return pool.get_connection()
+                return pool.get_connection(), []
             finally:
                 self._waiting.remove(waiter)
-        return self._settled(pool, conn, owed)
+        return conn, [] if owed is None else [owed]
 
     def _keep(self, pool: Any, conn: Any, owed: Hot | None) -> None:
         """Keep ``conn`` for the next script instead of pooling it (a pool's checkout and
@@ -212,25 +213,39 @@ class Tiers:
         conn.disconnect()
         pool.release(conn)
 
-    def _settle(self, conn: Any, request: Hot) -> None:
+    def _settle(self, conn: Any, request: Hot, *, source: bool = True) -> bool:
         """Read the owed reply of a script sent without waiting. A server that lost the
-        script gets its source (and that reply is read now); a failure is logged, not raised:
-        it belongs to an operation that has returned, whose intent keeps readers on
-        Postgres until the intent's deadline."""
+        script gets its source (and that reply is read now), or, with ``source`` false,
+        True is returned: the caller has a command in flight behind it and sends the source
+        once that command's reply is read. A failure is logged, not raised: it belongs to an
+        operation that has returned, whose intent keeps readers on Postgres until the
+        intent's deadline (or until the update lands)."""
         try:
             try:
                 conn.read_response()
             except NoScriptError:
+                if not source:
+                    return True
                 conn.send_packed_command(self.scripts.packed(request, source=True))
                 conn.read_response()
             self.scripts.sent(request)
         except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
-            conn.disconnect()
+            if not isinstance(exc, RedisResponseError):  # a refusal leaves the stream in step
+                conn.disconnect()
             level = logging.DEBUG if isinstance(exc, LOST_CONNECTION) else logging.WARNING
             logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
                        "readers use Postgres until its intent's deadline", request.script.name, exc)
+        return False
 
-    def _script(self, conn: Any, request: Hot | HotBatch) -> Any:
+    def _script(self, conn: Any, request: Hot | HotBatch, owed: list[Hot]) -> Any:
+        """Send ``request`` on ``conn`` and read its reply. A script ``conn`` still owes the
+        reply of (``owed``, taken from the list: a retry does not read it again) has that
+        reply read first; a waited-for script is sent before it is read, so the two share a
+        round trip (Redis runs them in the order sent)."""
+        before = owed.pop() if owed else None
+        if before is not None and (isinstance(request, HotBatch) or not request.wait):
+            self._settle(conn, before)
+            before = None
         if isinstance(request, HotBatch):
             conn.send_packed_command(self.scripts.packed(*request.requests, source=True))
             replies = [conn.read_response() for _ in request.requests]
@@ -240,8 +255,28 @@ class Tiers:
         if not request.wait:  # the reply is read before the connection's next use
             conn.send_packed_command(self.scripts.packed(request))
             return None
+        conn.send_packed_command(self.scripts.packed(request))
+        # The owed reply comes first. A server that lost its script cache failed that script
+        # too: its source goes once this reply is read (Redis ran this script first; the
+        # writer's intent keeps readers on Postgres until the update lands).
+        lost = before is not None and self._settle(conn, before, source=False)
+        if not conn.is_connected:  # the owed reply broke the connection: this one is lost too
+            raise RedisConnectionError("connection lost while reading an owed reply")
         try:
-            conn.send_packed_command(self.scripts.packed(request))
+            reply, refused = self._reply(conn, request), None
+        except RedisResponseError as exc:  # read whole: the connection is still in step
+            reply, refused = None, exc
+        if lost and before is not None:
+            conn.send_packed_command(self.scripts.packed(before, source=True))
+            self._settle(conn, before)
+        if refused is not None:
+            raise refused
+        return reply
+
+    def _reply(self, conn: Any, request: Hot) -> Any:
+        """The reply of ``request``, sent on ``conn``: sent again with its source if the
+        server does not hold the script."""
+        try:
             reply = conn.read_response()
         except NoScriptError:
             conn.send_packed_command(self.scripts.packed(request, source=True))

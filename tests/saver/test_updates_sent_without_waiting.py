@@ -89,6 +89,52 @@ def test_a_server_that_lost_its_scripts_gets_the_source_of_an_update_sent_withou
     assert not [r for r in caplog.records if "sent without waiting" in r.getMessage()]
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_read_sent_behind_an_owed_update_both_answered_noscript_gets_both_sources(
+    namespace: tuple[str, str], tmp_path: Path, flavour: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The next script is sent before the owed reply is read, so the two share a round
+    trip. Redis forgot its scripts after the driver last sent them: the owed update and the
+    read behind it are both answered ``NOSCRIPT``. The read gets its source and its own
+    reply (Postgres's newest checkpoint: the update's intent still stands when it runs),
+    the update gets its source after it and lands, and nothing is logged."""
+    schema, prefix = namespace
+    thread, config = f"noscript-{flavour}", {"configurable": {"thread_id": f"noscript-{flavour}"}}
+
+    async def scenario(saver: DurableSaver, raw: redis.Redis) -> tuple[Any, Any]:
+        if flavour == "sync":
+            put_value(saver, thread, "one")
+            saver.get_tuple(config)  # every script of a put and a read is cached now
+            raw.script_flush()
+            raw.ping()
+            stored = put_value(saver, thread, "two")  # its update is owed, sent as EVALSHA
+            return stored, saver.get_tuple(config)
+        await aput_value(saver, thread, "one")
+        await saver.aget_tuple(config)
+        raw.script_flush()
+        stored = await aput_value(saver, thread, "two")
+        return stored, await saver.aget_tuple(config)
+
+    with private_redis(tmp_path) as server:
+        raw = redis.Redis.from_url(server.url)
+        saver = DurableSaver(server.url, POSTGRES_URL, schema=schema, key_prefix=prefix)
+        saver.setup()
+        caplog.set_level(logging.DEBUG, logger="langgraph_durable")
+        try:
+            stored, found = asyncio.run(scenario(saver, raw))
+            intents, index = _landed(server.url, prefix, thread)
+            again = saver.get_tuple(config)
+        finally:
+            saver.close()
+            raw.close()
+    assert found is not None and found.checkpoint["channel_values"]["value"] == "two"
+    assert intents == []
+    assert index[-1].decode() == stored["configurable"]["checkpoint_id"]
+    assert again is not None and again.config == stored
+    assert not [r for r in caplog.records if "sent without waiting" in r.getMessage()]
+
+
 def _bad_update(layout: Layout) -> Hot:
     """A put script Redis refuses (its arguments are missing): a Lua error in the reply."""
     keys = layout.thread("refused")
