@@ -180,11 +180,21 @@ class TupleCache:
             entry = self._entries.get((thread_id, ns, cid))
         return (cid, entry[0]) if entry else ("", "")
 
+    def peek(self, thread_id: str, ns: str, checkpoint_id: str,
+             version: str) -> bytes | HotRecord | None:
+        """What is held of ``checkpoint_id`` at ``version`` (a pickled copy or a record),
+        without counting a hit: for a copy made while Redis is asked whether it is current."""
+        with self._lock:
+            entry = self._entries.get((thread_id, ns, checkpoint_id))
+        return entry[1] if entry is not None and entry[0] == version else None
+
     def load(
-        self, thread_id: str, ns: str, checkpoint_id: str, version: str
+        self, thread_id: str, ns: str, checkpoint_id: str, version: str,
+        made: CheckpointTuple | None = None,
     ) -> CheckpointTuple | HotRecord | None:
-        """A fresh copy of the tuple held at ``version``, or the record held (for the
-        caller to decode and `keep`), or ``None``."""
+        """A fresh copy of the tuple held at ``version`` (``made``, when the caller made
+        it already), or the record held (for the caller to decode and `keep`), or
+        ``None``."""
         with self._lock:
             entry = self._entries.get((thread_id, ns, checkpoint_id))
             if entry is None or entry[0] != version:
@@ -193,6 +203,8 @@ class TupleCache:
             self._hit[(thread_id, ns)] = checkpoint_id
             self.hits += 1
         held = entry[1]
+        if made is not None:
+            return made
         if isinstance(held, HotRecord):
             return held
         value: CheckpointTuple = pickle.loads(held)

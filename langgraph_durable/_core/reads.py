@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import time
 from collections.abc import Callable
 from functools import partial
@@ -231,16 +232,47 @@ def _hot_read(
     return tup
 
 
+class _Early:
+    """The copy of a held checkpoint that a "same" reply asks for, made while the read's
+    round trip is in flight (`Hot.meanwhile`): unpickled, or decoded from the record held.
+    Anything that fails leaves it empty, and the read makes its copy after the reply."""
+
+    __slots__ = ("checkpoint_id", "ctx", "record", "value", "version", "where")
+
+    def __init__(self, ctx: Context, where: Location, checkpoint_id: str, version: str) -> None:
+        self.ctx, self.where, self.checkpoint_id, self.version = ctx, where, checkpoint_id, version
+        self.record: HotRecord | None = None  # decoded from this record: to `keep`
+        self.value: CheckpointTuple | None = None
+
+    def __call__(self) -> None:
+        where = self.where
+        held = self.ctx.cache.peek(where.thread_id, where.checkpoint_ns, self.checkpoint_id,
+                                   self.version)
+        try:
+            if isinstance(held, HotRecord):
+                self.value, self.record = _hot_tuple(self.ctx, where, held), held
+            elif held is not None:
+                self.value = pickle.loads(held)
+        except Exception:  # a type still to learn, a damaged frame: the read's own path
+            self.value = self.record = None
+
+    def made(self, checkpoint_id: str) -> CheckpointTuple | None:
+        return self.value if checkpoint_id == self.checkpoint_id else None
+
+
 def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     """The checkpoint ``where`` names (its namespace's latest without an id)."""
     keys = ctx.layout.thread(where.thread_id)
     ns = where.checkpoint_ns
     held_id, held_version = ctx.cache.held(where.thread_id, ns, where.checkpoint_id)
-    reply = yield from _found(
-        ctx, _get(ctx, keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
-    )
+    request = _get(ctx, keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
+    early = _Early(ctx, where, held_id, held_version) if held_id else None
+    reply = yield from _found(ctx, request if early is None else request.overlapping(early))
     if reply is not None and reply.reply is Reply.SAME:
-        cached = ctx.cache.load(where.thread_id, ns, reply.checkpoint_id, held_version)
+        made = early.made(reply.checkpoint_id) if early is not None else None
+        cached = ctx.cache.load(where.thread_id, ns, reply.checkpoint_id, held_version, made)
+        if made is not None and early is not None and early.record is not None:
+            ctx.cache.keep(where.thread_id, ns, early.record, made)  # as `_hot_read` does
         if isinstance(cached, HotRecord):
             record = cached
             cached = yield from _hot_read(ctx, where, lambda: record)

@@ -8,7 +8,7 @@ besides its requests' replies is its `Context` (`_core.context`).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -40,16 +40,25 @@ class Hot:
     logged there, not raised). Only for a script whose effect nothing in the operation
     waits for and whose failure costs speed, not correctness: a write-through update after
     the commit, whose intent keeps readers on Postgres until it lands.
+
+    ``meanwhile`` is work the driver may run after sending the script and before reading
+    its reply, hidden by the round trip; it never raises, and the operation collects its
+    result itself (a driver that does not run it costs only that time).
     """
 
     script: Script
     keys: Sequence[str]
     args: Sequence[str | bytes | int]
     wait: bool = True
+    meanwhile: Callable[[], None] | None = None
 
     def sent_only(self) -> Hot:
         """This request, without waiting for its reply."""
         return Hot(self.script, self.keys, self.args, wait=False)
+
+    def overlapping(self, work: Callable[[], None]) -> Hot:
+        """This request, with ``work`` to run while its reply is in flight."""
+        return Hot(self.script, self.keys, self.args, self.wait, work)
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,6 +256,8 @@ class Tiers:
             conn.send_packed_command(self.scripts.packed(request))
             return None
         conn.send_packed_command(self.scripts.packed(request))
+        if request.meanwhile is not None:
+            request.meanwhile()
         # The owed reply comes first. A server that lost its script cache failed that script
         # too: its source goes once this reply is read (Redis ran this script first; the
         # writer's intent keeps readers on Postgres until the update lands).

@@ -51,3 +51,34 @@ def test_callers_cannot_mutate_the_cache(saver: DurableSaver) -> None:
         assert mine is not None
         assert mine.checkpoint["channel_values"]["messages"][0].content == "one"
         assert mine.metadata["step"] != 999
+
+
+def test_a_repeat_read_makes_its_copy_while_redis_answers(saver: DurableSaver,
+                                                           monkeypatch: Any) -> None:
+    """A read that holds a copy of the checkpoint asks Redis whether it is current and
+    makes the caller's fresh copy while the answer is on its way: the reads after the first
+    each get a copy made in flight (decoded from the record held, then unpickled), equal
+    to the first read and none of them the same object. A copy made in flight for a
+    checkpoint another writer replaced meanwhile is not used."""
+    from langgraph_durable._core.context import TupleCache
+
+    made: list[bool] = []
+    load = TupleCache.load
+
+    def spy(self: TupleCache, *args: Any) -> Any:
+        made.append(len(args) > 4 and args[4] is not None)
+        return load(self, *args)
+
+    monkeypatch.setattr(TupleCache, "load", spy)
+    config = {"configurable": {"thread_id": f"t-{uuid.uuid4()}"}}
+    chat_graph(saver).invoke({"messages": [("user", "one")]}, config)
+    reads = [saver.get_tuple(config) for _ in range(4)]
+    assert made == [True, True, True]  # the first read after the run's last put is a HIT
+    assert all(r == reads[0] for r in reads)
+    assert len({id(r.checkpoint) for r in reads if r is not None}) == 4
+
+    chat_graph(saver).invoke({"messages": [("user", "two")]}, config)
+    latest = saver.get_tuple(config)
+    assert latest is not None and reads[0] is not None
+    assert latest.checkpoint["id"] > reads[0].checkpoint["id"]
+    assert latest.checkpoint["channel_values"]["messages"][-1].content == "finish #7"
