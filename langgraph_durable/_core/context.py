@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -160,7 +161,9 @@ class TupleCache:
     decoded for the first time is kept as the record Redis sent (its bytes are in memory
     already); a hit on that record decodes it again and keeps a copy. A namespace whose
     last checkpoint held was read again (an application that reads the state between
-    runs) has the next one copied at once. Redis decides whether an entry is current (the
+    runs) has the next one copied at once. A checkpoint this process put is held as the
+    record Redis holds of it (`wrote`), so the read that follows it (an invoke's start) is
+    answered "same" and needs no transfer. Redis decides whether an entry is current (the
     GET script compares the checkpoint's version token), so the cache is never stale.
     """
 
@@ -171,6 +174,7 @@ class TupleCache:
             OrderedDict())
         self._latest: dict[tuple[str, str], str] = {}
         self._hit: dict[tuple[str, str], str] = {}  # the checkpoint of a namespace last hit
+        self._unread: set[tuple[str, str, str]] = set()  # held by `wrote`, not read since
         self.hits = 0
 
     def held(self, thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, str]:
@@ -200,7 +204,10 @@ class TupleCache:
             if entry is None or entry[0] != version:
                 return None
             self._entries.move_to_end((thread_id, ns, checkpoint_id))
-            self._hit[(thread_id, ns)] = checkpoint_id
+            if (thread_id, ns, checkpoint_id) in self._unread:  # its first read
+                self._unread.discard((thread_id, ns, checkpoint_id))
+            else:
+                self._hit[(thread_id, ns)] = checkpoint_id
             self.hits += 1
         held = entry[1]
         if made is not None:
@@ -228,15 +235,47 @@ class TupleCache:
             except Exception:  # a value pickle cannot copy is simply not cached
                 return
         with self._lock:
-            key = (thread_id, ns, checkpoint_id)
-            self._entries[key] = (record.version, held)
-            self._entries.move_to_end(key)
-            if checkpoint_id > self._latest.get((thread_id, ns), ""):
-                self._latest[(thread_id, ns)] = checkpoint_id
-            while len(self._entries) > self.size:
-                (t, n, _), _ = self._entries.popitem(last=False)
-                self._latest.pop((t, n), None)
-                self._hit.pop((t, n), None)
+            self._hold((thread_id, ns, checkpoint_id), record.version, held)
+
+    def wrote(self, thread_id: str, ns: str, record: HotRecord, parent_id: str | None,
+              refs: Sequence[str], written: Mapping[str, bytes]) -> None:
+        """Hold a checkpoint this process just sent Redis (``record``: its fields, no
+        blobs yet) as the record a read of it would get: the blobs of ``refs`` are the
+        ones it wrote (``written``) and, for the channels it did not change, those of
+        the record held of its parent. Without that record, nothing is held."""
+        with self._lock:
+            parent = self._entries.get((thread_id, ns, parent_id or ""))
+        known = parent[1].blobs if parent is not None and isinstance(parent[1], HotRecord) else ()
+        frames = dict(known)
+        frames.update(written)
+        try:
+            record.blobs[:] = [(ref, frames[ref]) for ref in refs]
+        except KeyError:  # a channel whose value this process has not seen
+            return
+        with self._lock:
+            key = (thread_id, ns, record.checkpoint_id)
+            self._hold(key, record.version, record)
+            self._unread.add(key)
+            above = (thread_id, ns, parent_id or "")
+            if above in self._unread:  # a step of a run, written and never read: let it go
+                self._unread.discard(above)
+                self._entries.pop(above, None)
+
+    def _hold(self, key: tuple[str, str, str], version: str, held: bytes | HotRecord) -> None:
+        """Store an entry and drop the least recently used past `size` (lock held)."""
+        thread_id, ns, checkpoint_id = key
+        self._entries[key] = (version, held)
+        self._entries.move_to_end(key)
+        self._unread.discard(key)
+        if checkpoint_id > self._latest.get((thread_id, ns), ""):
+            self._latest[(thread_id, ns)] = checkpoint_id
+        while len(self._entries) > self.size:
+            (t, n, c), _ = self._entries.popitem(last=False)
+            if self._latest.get((t, n)) == c:
+                del self._latest[(t, n)]
+            if self._hit.get((t, n)) == c:
+                del self._hit[(t, n)]
+            self._unread.discard((t, n, c))
 
     def forked(self) -> None:
         """In a child after ``fork()``: a new lock (another thread may have held it)."""

@@ -55,7 +55,7 @@ from langgraph_durable._core.requests import Cold, Hot, Op, Statement
 from langgraph_durable._core.reseal import copy_statement
 from langgraph_durable._core.scripts import thread as scripts
 from langgraph_durable._core.scripts.registry import Reply
-from langgraph_durable._core.scripts.thread import Journal, release
+from langgraph_durable._core.scripts.thread import HotRecord, Journal, release
 from langgraph_durable._core.sql.ledger import statements as ledger_statements
 from langgraph_durable.errors import (
     ConfigurationError,
@@ -84,6 +84,7 @@ def put(
     yield from stored_types.record(ctx, stored.types, where)
     cas = ctx.lineage.extends(run, where.thread_id, where.checkpoint_ns, stored.parent_id)
     keys = ctx.layout.thread(stored.where.thread_id)
+    token_v = ctx.tokens.new()
     rows = yield from _write(
         ctx,
         keys,
@@ -91,14 +92,23 @@ def put(
         lambda: _put_statement(ctx, stored, cas),
         lambda: seal_entry(ctx, pack_checkpoint_entry(stored)),
         lambda token, ttl, row, journal: _put_hot(
-            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, ctx.tokens.new(),
-            journal,
+            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, token_v, journal,
         ),
     )
     if rows == []:
         yield from _conflict(ctx, stored.where, stored.parent_id, None, stored.checkpoint_id)
     ctx.lineage.wrote(run, where.thread_id, where.checkpoint_ns, stored.checkpoint_id)
+    _hold_written(ctx, stored, token_v)
     return where.config(stored.checkpoint_id)
+
+
+def _hold_written(ctx: Context, stored: StoredCheckpoint, token_v: str) -> None:
+    """Hold the checkpoint as Redis holds it at ``token_v`` (`TupleCache.wrote`)."""
+    fields = {b"c": stored.frame, b"m": stored.metadata.encode(),
+              b"p": (stored.parent_id or "").encode(), b"v": token_v.encode()}
+    ctx.cache.wrote(stored.where.thread_id, stored.where.checkpoint_ns,
+                    HotRecord(stored.checkpoint_id, fields, [], []), stored.parent_id,
+                    stored.refs, {blob_field(c, v): frame for c, v, frame in stored.blobs})
 
 
 def _write(

@@ -20,6 +20,9 @@ def _flip(data: bytes) -> bytes:
 
 
 def _seed(saver: DurableSaver) -> dict[str, Any]:
+    """One checkpoint in both tiers, written by ``saver``: the tests read it with another
+    saver object, as another process would (the writer holds what it sent in its decoded
+    cache, so damage done in Redis after the write does not reach its own reads)."""
     thread = f"t-{uuid.uuid4()}"
     checkpoint = empty_checkpoint()
     version = saver.get_next_version(None, None)
@@ -44,9 +47,10 @@ def _cold(saver: DurableSaver, query: str, *params: Any) -> list[Any]:
         return cur.fetchall() if cur.description else []
 
 
-def test_damaged_hot_blob_is_served_and_repaired_from_postgres(saver: DurableSaver) -> None:
+def test_damaged_hot_blob_is_served_and_repaired_from_postgres(make_saver: Any) -> None:
     """A flipped byte in Redis is caught by its checksum; Postgres serves and re-warms."""
-    config = _seed(saver)
+    saver: DurableSaver = make_saver()
+    config = _seed(make_saver())
     thread = config["configurable"]["thread_id"]
     client, key, field = _hot_blob_field(saver, thread)
     good = client.hget(key, field)
@@ -58,9 +62,10 @@ def test_damaged_hot_blob_is_served_and_repaired_from_postgres(saver: DurableSav
     client.close()
 
 
-def test_damaged_cold_blob_is_repaired_from_redis(saver: DurableSaver) -> None:
+def test_damaged_cold_blob_is_repaired_from_redis(make_saver: Any) -> None:
     """A flipped byte in Postgres, read by list(), is rewritten from the good hot copy."""
-    config = _seed(saver)
+    saver: DurableSaver = make_saver()
+    config = _seed(make_saver())
     thread = config["configurable"]["thread_id"]
     (good,) = _cold(saver, "SELECT blob FROM {schema}.lgd_blobs WHERE thread_id = %s", thread)[0]
     _cold(saver, "UPDATE {schema}.lgd_blobs SET blob = %s WHERE thread_id = %s",
@@ -71,9 +76,10 @@ def test_damaged_cold_blob_is_repaired_from_redis(saver: DurableSaver) -> None:
                  thread)[0][0] == good
 
 
-def test_damage_in_both_tiers_names_thread_checkpoint_and_channel(saver: DurableSaver) -> None:
+def test_damage_in_both_tiers_names_thread_checkpoint_and_channel(make_saver: Any) -> None:
     """With no good copy left, CorruptStateError says exactly what is damaged."""
-    config = _seed(saver)
+    saver: DurableSaver = make_saver()
+    config = _seed(make_saver())
     thread = config["configurable"]["thread_id"]
     client, key, field = _hot_blob_field(saver, thread)
     client.hset(key, field, _flip(client.hget(key, field) or b""))
@@ -89,9 +95,10 @@ def test_damage_in_both_tiers_names_thread_checkpoint_and_channel(saver: Durable
     assert thread in str(error) and "notes" in str(error)
 
 
-def test_damaged_cold_checkpoint_without_hot_copy_raises(saver: DurableSaver) -> None:
+def test_damaged_cold_checkpoint_without_hot_copy_raises(make_saver: Any) -> None:
     """Redis emptied and the Postgres checkpoint damaged: a clear error, not garbage."""
-    config = _seed(saver)
+    saver: DurableSaver = make_saver()
+    config = _seed(make_saver())
     thread = config["configurable"]["thread_id"]
     drop_prefix(saver.config.key_prefix)
     _cold(saver, "UPDATE {schema}.lgd_checkpoints SET checkpoint = "

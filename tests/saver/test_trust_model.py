@@ -38,6 +38,7 @@ from langgraph_durable import (
 )
 from langgraph_durable._core.codec import encode_frame
 from langgraph_durable._core.keys import Layout, ThreadKeys
+from tests.support.checkpoints import twin
 from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_prefix
 
 SECRET = "correct horse battery staple"
@@ -72,9 +73,12 @@ def client() -> Iterator[redis.Redis]:
 
 
 def _seed(saver: DurableSaver, value: Any, version: str | None = None) -> dict[str, Any]:
-    """A one-checkpoint thread whose channel ``notes`` holds ``value``, in both tiers."""
-    config = _put(saver, value, version)
-    saver.flush()
+    """A one-checkpoint thread whose channel ``notes`` holds ``value``, in both tiers,
+    written as by another process (`twin`): what ``saver`` reads of it comes from Redis or
+    Postgres, where the tests forge it."""
+    with twin(saver) as writer:
+        config = _put(writer, value, version)
+        writer.flush()
     return config
 
 

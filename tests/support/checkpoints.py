@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 import psycopg
@@ -16,6 +17,18 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, empty_checkpo
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.keys import ThreadKeys
 from tests.support.servers import POSTGRES_URL, REDIS_URL
+
+
+@contextmanager
+def twin(saver: DurableSaver) -> Iterator[DurableSaver]:
+    """Another saver object on ``saver``'s configuration, as another process opens it: it
+    holds none of the copies ``saver`` keeps of what it wrote (its decoded cache), so what
+    ``saver`` reads of the twin's writes comes from the tiers."""
+    other = DurableSaver(**{f.name: getattr(saver.config, f.name) for f in fields(saver.config)})
+    try:
+        yield other
+    finally:
+        other.close()
 
 
 def value_checkpoint(saver: DurableSaver, value: object) -> tuple[Checkpoint, ChannelVersions]:

@@ -105,6 +105,9 @@ local function write()
   -- all five fields new: this HSET made the hash (every writer of a checkpoint sets "v")
   local made = redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6],
                           'bk', ARGV[7], 'v', ARGV[10]) == 5
+  -- a hash that was there (writes came first, a retry, a warm) may hold more than this
+  -- write: its token is one the writer does not know, so its decoded cache does not serve it
+  if not made then redis.call('HSET', KEYS[4], 'v', ARGV[10] .. '+') end
   redis.call('ZADD', KEYS[2], 0, ARGV[3])
   if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 15, 14 + 2 * n)) end
   redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
