@@ -216,13 +216,15 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
 
 
 def _hot_read(
-    ctx: Context, where: Location, found: Callable[[], HotRecord]
+    ctx: Context, where: Location, found: Callable[[], HotRecord],
+    decoded: CheckpointTuple | None = None,
 ) -> Op[CheckpointTuple | None]:
-    """Decode the checkpoint Redis sent (``found`` parses it) and keep it for the next
-    read (`TupleCache.keep`); ``None`` when a frame fails: the caller reads Postgres."""
+    """Decode the checkpoint Redis sent or the cache held (``found`` parses it; ``decoded``
+    when it was decoded already) and keep it for the next read (`TupleCache.keep`);
+    ``None`` when a frame fails: the caller reads Postgres."""
     try:
         record = found()
-        tup = yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record))
+        tup = decoded or (yield from _decoded(ctx, lambda: _hot_tuple(ctx, where, record)))
     except Damaged as damage:
         logger.warning(
             "damaged hot copy of thread %r (%s); reading Postgres", where.thread_id, damage
@@ -256,9 +258,6 @@ class _Early:
         except Exception:  # a type still to learn, a damaged frame: the read's own path
             self.value = self.record = None
 
-    def made(self, checkpoint_id: str) -> CheckpointTuple | None:
-        return self.value if checkpoint_id == self.checkpoint_id else None
-
 
 def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     """The checkpoint ``where`` names (its namespace's latest without an id)."""
@@ -268,16 +267,16 @@ def _read(ctx: Context, where: Location) -> Op[CheckpointTuple | None]:
     request = _get(ctx, keys, ns, where.checkpoint_id or "", ctx.ttl_ms, held_id, held_version)
     early = _Early(ctx, where, held_id, held_version) if held_id else None
     reply = yield from _found(ctx, request if early is None else request.overlapping(early))
-    if reply is not None and reply.reply is Reply.SAME:
-        made = early.made(reply.checkpoint_id) if early is not None else None
+    if reply is not None and reply.reply is Reply.SAME:  # about the held id (get.lua)
+        made = early.value if early is not None else None
         cached = ctx.cache.load(where.thread_id, ns, reply.checkpoint_id, held_version, made)
-        if made is not None and early is not None and early.record is not None:
-            ctx.cache.keep(where.thread_id, ns, early.record, made)  # as `_hot_read` does
-        if isinstance(cached, HotRecord):
-            record = cached
-            cached = yield from _hot_read(ctx, where, lambda: record)
-        if cached is not None:
-            return cached
+        in_flight = made is not None and cached is made  # copied while Redis answered
+        record = early.record if in_flight and early is not None else cached
+        tup = None if isinstance(cached, HotRecord) else cached
+        if isinstance(record, HotRecord):  # a record held: decoded (in flight or now), kept
+            tup = yield from _hot_read(ctx, where, lambda: record, made if in_flight else None)
+        if tup is not None:
+            return tup
         reply = yield from _found(ctx, _get(ctx, keys, ns, reply.checkpoint_id, ctx.ttl_ms))
     if reply is not None and reply.reply is Reply.HIT:
         tup = yield from _hot_read(ctx, where, reply.record)
