@@ -82,6 +82,9 @@ class Params:
     faults: tuple[str, ...] = FAULTS  # which fault kinds may strike
     fault_rate: float = 0.06  # chance of a fault between two steps
     lost_rate: float = 0.03  # chance that a request's reply is lost after it ran
+    # chance that a turn's second checkpoint gets a task's writes before it is put, as
+    # LangGraph's durability="async" may send them (0 keeps every seed's drawn history)
+    writes_first: float = 0.0
 
     @classmethod
     def draw(cls, seed: int, mode: str, faults: tuple[str, ...] = FAULTS) -> Params:
@@ -145,7 +148,8 @@ class Sim:
         self.env, self.p = env, params
         self.rng = random.Random(params.seed)
         self.threads = [f"{tag}-t{i}" for i in range(params.threads)]
-        self.work = Workload(random.Random(f"work-{params.seed}"), self.threads, params.mode)
+        self.work = Workload(random.Random(f"work-{params.seed}"), self.threads, params.mode,
+                             writes_first=params.writes_first)
         self.config = env.configs[params.mode]
         self.clock = 0
         self.contexts = [new_context(self.config, f"{tag}-p{i}", env.serde, self.now)

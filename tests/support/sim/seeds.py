@@ -7,6 +7,7 @@ Environment (see `tests/faults/test_simulation.py`): ``LGD_SIM_FAULTS``, ``LGD_S
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Iterator
@@ -60,10 +61,12 @@ def sim_env(redis_url: str, schema: str, prefix: str, *, cluster: bool = False,
         pg.close()
 
 
-def run_seed(env: Env, seed: int, mode: str) -> tuple[Sim, list[Violation]]:
-    """One seeded run and its violations."""
+def run_seed(env: Env, seed: int, mode: str, *,
+             writes_first: float = 0.0) -> tuple[Sim, list[Violation]]:
+    """One seeded run and its violations (``writes_first``: `Params.writes_first`)."""
     env.forget_marks()
-    sim = Sim(env, Params.draw(seed, mode, FAULT_KINDS), tag=f"{uuid.uuid4().hex[:6]}-s{seed}")
+    params = dataclasses.replace(Params.draw(seed, mode, FAULT_KINDS), writes_first=writes_first)
+    sim = Sim(env, params, tag=f"{uuid.uuid4().hex[:6]}-s{seed}")
     sim.run()
     violations = Checker(sim, ALLOWANCE).run()
     env.clear_hot()  # keep the keyspace small: faults SCAN it
@@ -81,7 +84,8 @@ def explain(seed: int, mode: str, sim: Sim, violations: list[Violation]) -> str:
         f"seed {seed} ({mode}): {len(violations)} violation(s)",
         *("  " + line for line in lines),
         f"  replay: LGD_SIM_SEED={seed} LGD_SIM_MODE={mode} "
-        "pytest tests/faults/test_simulation.py -k replay",
+        + (f"LGD_SIM_WRITES_FIRST={sim.p.writes_first} " if sim.p.writes_first
+           else "") + "pytest tests/faults/test_simulation.py -k replay",
         f"  interleaving on {thread} (and faults, probes, flushes) up to the first violation"
         " (step process #call op[thread] request):",
         *("    " + t for t in trace),

@@ -102,6 +102,7 @@ class Workload:
     ticks: int = 0x01B21DD213814000 + 1_790_000_000 * 10**7
     known: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     counter: int = 0
+    writes_first: float = 0.0  # see `Params.writes_first`
 
     def checkpoint_id(self) -> str:
         """A uuid6 id from a seeded clock: later calls sort after earlier ones."""
@@ -151,11 +152,12 @@ def run_config(
 
 def put_call(
     w: Workload, ctx: Context, proc: int, where: tuple[str, str], parent_id: str | None,
-    step: int, *, fork: bool, basis: int, run: object,
+    step: int, *, fork: bool, basis: int, run: object, cid: str = "",
 ) -> Call:
-    """A put of a new checkpoint at ``step``, child of ``parent_id``, made by ``run``."""
+    """A put of a new checkpoint at ``step`` (``cid``, else a new id), child of
+    ``parent_id``, made by ``run``."""
     thread, ns = where
-    cid = w.checkpoint_id()
+    cid = cid or w.checkpoint_id()
     cp, versions = w.checkpoint(cid, step, proc)
     metadata: CheckpointMetadata = {"source": "fork" if fork else "loop", "step": step,
                                     "parents": {}}
@@ -201,8 +203,13 @@ def writer_turn(w: Workload, ctx: Context, proc: int) -> Actor:
         if not (yield writes_call(w, ctx, thread, ns, put.call.checkpoint_id)).acked:
             return
     # a forked run goes on along its own branch, extending what it wrote
+    cid = ""
+    if w.writes_first and w.rng.random() < w.writes_first:  # its writes arrive first
+        cid = w.checkpoint_id()
+        if not (yield writes_call(w, ctx, thread, ns, cid)).acked:
+            return
     yield put_call(w, ctx, proc, (thread, ns), put.call.checkpoint_id, step + 1, fork=False,
-                   basis=put.id, run=run)
+                   basis=put.id, run=run, cid=cid)
 
 
 def reader(w: Workload, ctx: Context) -> Actor:
