@@ -439,11 +439,9 @@ def delete_threads(
     ctx: Context, thread_ids: Sequence[str], *, keep_ledger: bool = False
 ) -> Op[None]:
     ids = [locate({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
-    ledger = (
-        []
-        if keep_ledger
-        else [Statement(ledger_statements(ctx.config.schema).delete_threads, {"thread_ids": ids})]
-    )
+    ledger = ledger_statements(ctx.config.schema)
+    ledger_rows = Statement(ledger.retire_threads if keep_ledger else ledger.delete_threads,
+                            {"thread_ids": ids})
     if ids:
         tokens = yield from claim_threads(ctx, ids)
         yield from mutate_threads(
@@ -451,7 +449,7 @@ def delete_threads(
             ids,
             [
                 Statement(ctx.statements.delete_threads_sql, {"thread_ids": ids}),
-                *ledger,
+                ledger_rows,
             ],
             deletes=True,
             tokens=tokens,

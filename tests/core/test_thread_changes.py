@@ -45,13 +45,14 @@ def test_delete_with_redis_down_marks_the_thread_stale_in_the_same_transaction(
         empty_journal("t"),
         (hot("intent"), hot_down()),
         (cold(st.tombstone_sql, st.lock_heads_sql, st.delete_threads_sql,
+              ledger_statements("s").retire_threads,
               st.mark_hot_stale_sql, st.bump_thread_sql, st.order_marks_sql,
               st.renumber_marks_sql),
-         [[{"version": 41}], None, None, None, None, None, None]),
+         [[{"version": 41}], None, None, None, None, None, None, None]),
     ])
     script.run(ops.delete_threads(ctx, ["a"], keep_ledger=True))
     assert script.done
-    _, _, _, mark, bump, _, _ = script.requests[2].statements
+    _, _, _, _, mark, bump, _, _ = script.requests[2].statements
     assert mark.params == {"thread_id": "a"} and bump.params == {"thread_id": "a"}
     assert ctx.breaker.is_open and ctx.marks.due()
 

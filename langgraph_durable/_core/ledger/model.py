@@ -56,6 +56,10 @@ class LedgerRecord:
         idempotency_key: the key the tool passes downstream (`current_idempotency_key`)
             and ``verify`` receives: ``key`` itself, except for a call copied into a fork
             (``copy_thread``), which keeps the key the downstream API saw for the original.
+        retired_at: when the thread was deleted with its ledger kept (``keep_ledger``):
+            the row stays as an audit trail and answers no later call; its ``key`` then
+            ends with ``~retired:<microseconds>``, and ``idempotency_key`` is the key the
+            call had. ``None`` for the thread's live conversation.
     """
 
     key: str
@@ -77,6 +81,7 @@ class LedgerRecord:
     started_at: datetime
     finished_at: datetime | None
     idempotency_key: str
+    retired_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +116,8 @@ class CallSpec:
     # LangGraph's durability for the run: the call waits until that checkpoint is durable
     decided_by: str | None = None
     durability: str | None = None
-    # the LangGraph step the call runs in (``langgraph_step``), when known: a recorded call
-    # of the same thread, graph path (the namespace without task ids), step, tool and
-    # arguments is this call
+    # the LangGraph step the call runs in (``langgraph_step``), when known; recorded for
+    # the audit trail (a call's identity is its key alone)
     step: int | None = None
 
 

@@ -23,7 +23,6 @@ its own, so a call that never ran is not taken for an interrupted one.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 from redis.backoff import ExponentialBackoff
@@ -87,13 +86,6 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
     seen = recorded if recorded is not None else (yield from _claim(ctx, spec))
     if seen.claimed:
         return (yield from _fresh(ctx, spec, seen.record))
-    if seen.record.key != spec.key:  # the same call under another key: it goes on as that
-        logger.warning(
-            "tool call %s (%s, thread %r, step %s) has the arguments of call %s of the same "
-            "step, which is %s: it is that call re-run under a new tool-call id, and goes "
-            "on as that call", spec.key, spec.tool, spec.thread_id, spec.step,
-            seen.record.key, seen.record.status)
-        spec = replace(spec, key=seen.record.key)
     waited, polls = 0.0, 0
     while True:
         record = seen.record
@@ -240,6 +232,7 @@ def _claim(ctx: Context, spec: CallSpec) -> Op[Seen]:
         "dup_window": window,
         "nonce": spec.nonce,
         "step": spec.step,
+        "checkpoint_id": spec.decided_by,
     }
     request = Cold.one(statements(ctx.config.schema).claim, params, fetch=True)
     while True:  # no row: a concurrent claim committed after our snapshot; it is visible now

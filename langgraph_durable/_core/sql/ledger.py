@@ -79,6 +79,16 @@ CREATE INDEX lgd_tool_calls_step_idx ON {schema}.lgd_tool_calls (thread_id, step
     WHERE step IS NOT NULL;
 """,
     ),
+    Migration(
+        10,
+        "tool-call ledger: the checkpoint that decided a call; rows kept of deleted threads",
+        # checkpoint_id NULL: not known (outside a LangGraph task, or claimed before);
+        # retired_at NULL: the row belongs to the thread's live conversation
+        """
+ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN checkpoint_id text;
+ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN retired_at timestamptz;
+""",
+    ),
 )
 
 # What every statement that returns records returns, in `LedgerRecord` order, plus whether
@@ -102,6 +112,7 @@ COLUMNS = (
     "duplicate_of",
     "started_at",
     "finished_at",
+    "retired_at",
 )
 # The key passed downstream: a fork's copy keeps the original's, any other row its own.
 _DOWNSTREAM = "COALESCE({t}idempotency_key, {t}key) AS idempotency_key"
@@ -128,50 +139,37 @@ _OURS = (
 )
 
 # Claim a key, or read the row that holds it: one statement, one commit. ``claimed`` tells
-# our insert from a foreign row. A call of the same thread, graph path, step (%(step)s,
-# when known), tool and arguments as a recorded call under another key is that call re-run
-# (the model, asked again from the checkpoint before it, gave it a new tool-call id):
-# nothing is inserted, and that call's row is returned instead, however old, whatever its
-# status (running: wait; cut off: its uncertain policy; finished: its outcome). The graph
-# path is the namespace without its task ids (``worker:<task id>|agent:<task id>`` ->
-# ``worker|agent``): LangGraph derives a task's id from the checkpoint its step ran from,
-# so a step run again from an older checkpoint (checkpoints lost, a fork) has new ones.
-# With ``%(dup_window)s`` (seconds) set, a succeeded call of
-# the same thread, tool and arguments under another key within the window is named in
-# ``duplicate_of``. Zero rows means a concurrent claim committed after this statement's
-# snapshot: run it again. ``%(nonce)s`` is the call's claim nonce: a claim whose reply was
-# lost, run again, finds its own committed row (same nonce, still ``started`` under a live
-# lease) and reports it ``claimed`` too.
+# our insert from a foreign row. A key is a call's exact identity (thread, graph namespace,
+# tool-call id or task id and position: `_core.ledger.keys`); nothing else makes two calls
+# one. With ``%(dup_window)s`` (seconds) set, a succeeded call of the same thread, tool and
+# arguments under another key within the window, decided by another checkpoint than
+# ``%(checkpoint_id)s`` (calls of one model message or one step are siblings, not
+# duplicates) and not retired with a deleted conversation, is named in ``duplicate_of``.
+# Zero rows means a concurrent claim committed after this statement's snapshot: run it
+# again. ``%(nonce)s`` is the call's claim nonce: a claim whose reply was lost, run again,
+# finds its own committed row (same nonce, still ``started`` under a live lease) and
+# reports it ``claimed`` too.
 # %(key)s %(thread_id)s %(checkpoint_ns)s %(call_ref)s %(tool_call_id)s %(task_id)s %(tool)s
-# %(fingerprint)s %(owner)s %(lease)s %(dup_window)s %(nonce)s
+# %(fingerprint)s %(owner)s %(lease)s %(dup_window)s %(nonce)s %(step)s %(checkpoint_id)s
 CLAIM_SQL = (
     """
-WITH same AS (
-    SELECT s.key FROM {schema}.lgd_tool_calls s
-    WHERE %(step)s::int IS NOT NULL AND s.step = %(step)s::int
-      AND s.thread_id = %(thread_id)s
-      AND regexp_replace(s.checkpoint_ns, ':[^|]*', '', 'g')
-          = regexp_replace(%(checkpoint_ns)s, ':[^|]*', '', 'g')
-      AND s.tool = %(tool)s AND s.args_fingerprint = %(fingerprint)s AND s.key <> %(key)s
-      AND NOT EXISTS (SELECT 1 FROM {schema}.lgd_tool_calls o WHERE o.key = %(key)s)
-    ORDER BY s.started_at DESC LIMIT 1
-), dup AS (
+WITH dup AS (
     SELECT d.key FROM {schema}.lgd_tool_calls d
     WHERE %(dup_window)s::float8 IS NOT NULL
       AND d.thread_id = %(thread_id)s AND d.tool = %(tool)s
       AND d.args_fingerprint = %(fingerprint)s AND d.key <> %(key)s
-      AND d.status = 'succeeded'
+      AND d.status = 'succeeded' AND d.retired_at IS NULL
+      AND COALESCE(d.checkpoint_id <> %(checkpoint_id)s::text, true)
       AND d.finished_at > clock_timestamp() - make_interval(secs => %(dup_window)s::float8)
     ORDER BY d.finished_at DESC LIMIT 1
 ), ins AS (
     INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref,
         tool_call_id, task_id, tool, args_fingerprint, status, attempts, lease_owner,
-        lease_expires_at, duplicate_of, claim_nonce, step)
-    SELECT %(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
+        lease_expires_at, duplicate_of, claim_nonce, step, checkpoint_id)
+    VALUES (%(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
         %(task_id)s, %(tool)s, %(fingerprint)s, 'started', 1, %(owner)s, """
     + _LEASE
-    + """, (SELECT key FROM dup), %(nonce)s, %(step)s::int
-    WHERE NOT EXISTS (SELECT 1 FROM same)
+    + """, (SELECT key FROM dup), %(nonce)s, %(step)s::int, %(checkpoint_id)s::text)
     ON CONFLICT (key) DO NOTHING
     RETURNING *
 )
@@ -185,11 +183,6 @@ SELECT """
     + _RECORD
     + """ FROM {schema}.lgd_tool_calls
 WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
-UNION ALL
-SELECT false AS claimed, """
-    + _RECORD
-    + """ FROM {schema}.lgd_tool_calls
-WHERE key = (SELECT key FROM same)
 """
 )
 
@@ -347,6 +340,20 @@ DELETE_THREADS_LEDGER_SQL = """
 DELETE FROM {schema}.lgd_tool_calls WHERE thread_id = ANY(%(thread_ids)s)
 """
 
+# A deleted thread whose ledger is kept (``keep_ledger``): its rows stay as an audit trail,
+# listed with the thread, and never answer a call of a later conversation on the same
+# thread id. Each derived-key row is retired: stamped, and moved off the key a new call
+# could derive (``<key>~retired:<microseconds>``), keeping the key the downstream API saw
+# in ``idempotency_key``. Explicit keys are global and stay. Shared with the idle sweep.
+RETIRE_LEDGER_ROWS = """
+UPDATE {schema}.lgd_tool_calls SET retired_at = clock_timestamp(),
+    idempotency_key = COALESCE(idempotency_key, key),
+    key = key || '~retired:' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+WHERE call_ref IS NOT NULL AND retired_at IS NULL AND thread_id """
+
+# %(thread_ids)s
+RETIRE_THREADS_LEDGER_SQL = RETIRE_LEDGER_ROWS + "= ANY(%(thread_ids)s)\n"
+
 # `ops.copy_thread`: derived keys are recomputed for the target; explicit keys are global
 # and stay with the source. Each copy keeps the key the downstream API saw for the
 # original (``idempotency_key``), so a fork that retries a call cut off in the source
@@ -354,15 +361,18 @@ DELETE FROM {schema}.lgd_tool_calls WHERE thread_id = ANY(%(thread_ids)s)
 COPY_THREAD_LEDGER_SQL = """
 INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, tool_call_id,
     task_id, tool, args_fingerprint, status, attempts, result, error, error_type, retryable,
-    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at, idempotency_key, step)
+    lease_owner, lease_expires_at, duplicate_of, started_at, finished_at, idempotency_key, step,
+    checkpoint_id)
 SELECT 'lgd-' || left(encode(sha256(convert_to(
            octet_length(%(target)s)::text || ':' || %(target)s || '|'
            || octet_length(checkpoint_ns)::text || ':' || checkpoint_ns || '|'
            || octet_length(call_ref)::text || ':' || call_ref, 'UTF8')), 'hex'), 40),
        %(target)s, checkpoint_ns, call_ref, tool_call_id, task_id, tool, args_fingerprint,
        status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
-       duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key), step
-FROM {schema}.lgd_tool_calls WHERE thread_id = %(source)s AND call_ref IS NOT NULL
+       duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key), step,
+       checkpoint_id
+FROM {schema}.lgd_tool_calls
+WHERE thread_id = %(source)s AND call_ref IS NOT NULL AND retired_at IS NULL
 ON CONFLICT (key) DO NOTHING
 """
 
@@ -385,6 +395,7 @@ class LedgerStatements(Rendered):
         "list_unsettled": LIST_UNSETTLED_SQL,
         "heartbeat": HEARTBEAT_SQL,
         "delete_threads": DELETE_THREADS_LEDGER_SQL,
+        "retire_threads": RETIRE_THREADS_LEDGER_SQL,
         "copy_thread": COPY_THREAD_LEDGER_SQL,
     }
 
@@ -401,6 +412,7 @@ class LedgerStatements(Rendered):
     list_unsettled: sql.SQL
     heartbeat: sql.SQL
     delete_threads: sql.SQL
+    retire_threads: sql.SQL
     copy_thread: sql.SQL
 
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from psycopg import sql
 
+from langgraph_durable._core.sql.ledger import RETIRE_LEDGER_ROWS
 from langgraph_durable._core.sql.ledger import TABLE as LEDGER_TABLE
 from langgraph_durable._core.sql.render import Rendered
 from langgraph_durable._core.sql.schema import Migration
@@ -77,8 +78,9 @@ FROM batch b ORDER BY b.thread_id
 # Delete whole idle threads, in one short transaction. Each thread's head rows are locked
 # (SKIP LOCKED: a row a writer or another sweeper holds leaves the thread for a later
 # sweep) and the policy is checked again under the locks, so a thread written since the
-# step looked at it stays. Its checkpoints, blobs, writes, heads and (unless
-# %(keep_ledger)s) tool ledger records go. Returns the threads deleted and what went.
+# step looked at it stays. Its checkpoints, blobs, writes, heads and tool ledger records
+# go; with %(keep_ledger)s the ledger records stay, retired (`RETIRE_LEDGER_ROWS`).
+# Returns the threads deleted and what went.
 # %(thread_ids)s %(max_idle)s %(keep_interrupted)s %(keep_ledger)s
 SWEEP_DELETE_IDLE_SQL = (
     """
@@ -109,6 +111,10 @@ WITH locked AS (
     + LEDGER_TABLE
     + """ WHERE NOT %(keep_ledger)s AND thread_id IN (SELECT thread_id FROM idle)
     RETURNING 1
+), r AS (
+"""
+    + RETIRE_LEDGER_ROWS
+    + """IN (SELECT thread_id FROM idle) AND %(keep_ledger)s
 )
 SELECT ARRAY(SELECT thread_id FROM idle) AS threads,
        (SELECT count(*) FROM c) AS checkpoints, (SELECT count(*) FROM w) AS writes,
