@@ -15,8 +15,7 @@ checkpoint is made again): a fork whose state was edited asks the model afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
@@ -33,7 +32,7 @@ from langgraph_durable.tools import (
     graph_namespace,
     in_ledger,
     langgraph_step,
-    task_position,
+    task_positions,
 )
 
 if TYPE_CHECKING:
@@ -46,8 +45,6 @@ MODEL_LEASE = 60.0
 _POLICY = core.Policy(lease=MODEL_LEASE, wait=MODEL_LEASE, on_uncertain="retry", verify=False,
                       on_duplicate="ignore", duplicate_window=None)
 
-_POSITIONS: ContextVar[tuple[object, Iterator[int]] | None] = ContextVar(
-    "langgraph_durable_model_positions", default=None)
 
 
 def input_digest(messages: Sequence[Any], *extra: Any) -> str:
@@ -87,7 +84,7 @@ def model_call_spec(saver: DurableSaver | None, config: RunnableConfig, model: s
         raise ConfigurationError(
             "a durable model call runs inside a graph node with a thread_id in the config")
     thread_id, ns = check_text(thread, "thread_id"), graph_namespace(configurable)
-    position = task_position(_POSITIONS, configurable)
+    position = task_positions.next("model", configurable)
     call_ref = f"model:{node}:{step}:{position}:{digest[:32]}"
     return found, core.CallSpec(
         key=derive_key(thread_id, ns, call_ref), thread_id=thread_id, checkpoint_ns=ns,

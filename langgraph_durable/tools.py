@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import itertools
 import json
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,11 +49,10 @@ logger = logging.getLogger("langgraph_durable")
 # LangGraph's per-task config keys (private names, stable since langgraph 0.2).
 _TASK_ID = "__pregel_task_id"
 _DURABILITY = "__pregel_durability"
-_SCRATCHPAD = "__pregel_scratchpad"
+_READ = "__pregel_read"
+_RUNTIME = "__pregel_runtime"
 
 _CURRENT_KEY: ContextVar[str | None] = ContextVar("langgraph_durable_tool_key", default=None)
-_POSITIONS: ContextVar[tuple[object, Iterator[int]] | None] = ContextVar(
-    "langgraph_durable_tool_positions", default=None)
 
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 Verifier = Callable[[str, Any], Any]
@@ -277,7 +276,7 @@ class DurableTool(BaseTool):
             if tool_call_id:
                 call_ref = check_text(tool_call_id, "tool_call_id")
             elif task_id:
-                call_ref = f"task:{task_id}:{task_position(_POSITIONS, configurable)}"
+                call_ref = f"task:{task_id}:{task_positions.next('tool', configurable)}"
             else:
                 raise ConfigurationError(
                     f"durable tool {self.name!r} was called outside a LangGraph task and without "
@@ -346,18 +345,43 @@ def _blocking(tool: BaseTool) -> bool:
         BaseTool, "_arun")
 
 
-def task_position(counter: ContextVar[tuple[object, Iterator[int]] | None],
-                  configurable: dict[str, Any]) -> int:
-    """The position of a call among the running LangGraph task's calls of one kind (each
-    kind counts with a ``ContextVar`` of its own, initially ``None``): the task's
-    scratchpad (else its id) starts the count afresh."""
-    scratchpad = configurable.get(_SCRATCHPAD)
-    owner = scratchpad if scratchpad is not None else str(configurable.get(_TASK_ID) or "")
-    current = counter.get()
-    if current is None or current[0] is not owner:
-        current = (owner, itertools.count())
-        counter.set(current)
-    return next(current[1])
+class _Positions:
+    """Where each call of a running LangGraph task stands among the task's calls of its kind
+    (``"tool"``, ``"model"``), counted from 0 in the order the task makes them.
+
+    The count hangs on an object LangGraph makes anew for each execution of a task (its
+    read function, ``__pregel_read``), held weakly, and on the attempt under a
+    ``RetryPolicy`` (``node_attempt``): it survives LangChain running a call in a copied
+    context (a ``RunnableLambda``, a chain), where a ``ContextVar`` set inside would be
+    lost, and it starts afresh when the step runs again (a retry, a resume), so a re-run's
+    calls get the positions, hence the keys, they had.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: weakref.WeakKeyDictionary[object, dict[tuple[str, object], int]] = (
+            weakref.WeakKeyDictionary())
+
+    def next(self, kind: str, configurable: dict[str, Any]) -> int:
+        """The position of this call of ``kind`` in the running task.
+
+        Raises:
+            ConfigurationError: not inside a LangGraph task.
+        """
+        anchor = configurable.get(_READ)
+        if anchor is None:
+            raise ConfigurationError(
+                f"a durable {kind} call without a tool call id runs inside a LangGraph task")
+        runtime = configurable.get(_RUNTIME)
+        attempt = getattr(getattr(runtime, "execution_info", None), "node_attempt", None)
+        with self._lock:
+            counts = self._counts.setdefault(anchor, {})
+            position = counts.get((kind, attempt), 0)
+            counts[kind, attempt] = position + 1
+        return position
+
+
+task_positions = _Positions()
 
 
 def find_saver(explicit: DurableSaver | None, configurable: dict[str, Any], what: str,
