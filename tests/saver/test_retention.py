@@ -84,11 +84,12 @@ def _gone_from_both_tiers(namespace: tuple[str, str], thread_id: str) -> bool:
     return not any(rows.values()) and not _hot_keys(prefix, thread_id)
 
 
-def _add_ledger_row(schema: str, thread_id: str) -> None:
+def _add_ledger_row(schema: str, thread_id: str, call_ref: str | None = None) -> None:
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'INSERT INTO "{schema}".lgd_tool_calls (key, thread_id, tool, '
-                     "args_fingerprint, status) VALUES (%s, %s, 'charge', 'x', 'succeeded')",
-                     (f"k-{uuid.uuid4()}", thread_id))
+                     "args_fingerprint, status, call_ref) "
+                     "VALUES (%s, %s, 'charge', 'x', 'succeeded', %s)",
+                     (f"k-{uuid.uuid4()}", thread_id, call_ref))
 
 
 def test_max_idle_deletes_idle_threads_from_both_tiers_and_spares_live_ones(
@@ -122,15 +123,22 @@ def test_max_idle_deletes_idle_threads_from_both_tiers_and_spares_live_ones(
 def test_keep_ledger_leaves_the_tool_ledger_of_deleted_threads(
     saver: DurableSaver, namespace: tuple[str, str]
 ) -> None:
-    """With keep_ledger, an idle thread's checkpoints go and its ledger records stay."""
+    """With keep_ledger, an idle thread's checkpoints go and its ledger records stay,
+    retired: a derived-key row is moved off its key (a later conversation on the thread id
+    derives keys afresh), keeping the key the provider saw; an explicit key stays."""
     schema, _ = namespace
     thread = _thread(saver)
     saver.flush()
     _add_ledger_row(schema, thread)
+    _add_ledger_row(schema, thread, call_ref="call-1")
     _backdate(schema, thread, 2 * DAY)
     saver.sweep(Retention(max_idle=DAY, keep_ledger=True))
     rows = _cold_rows(schema, thread)
-    assert rows["lgd_checkpoints"] == 0 and rows["lgd_tool_calls"] == 1
+    assert rows["lgd_checkpoints"] == 0 and rows["lgd_tool_calls"] == 2
+    kept = {r.key.startswith("k-") and "~" not in r.key: r for r in saver.ledger.list(thread)}
+    assert kept[True].retired_at is None  # explicit key: global, as it was
+    assert kept[False].retired_at is not None
+    assert kept[False].key.startswith(f"{kept[False].idempotency_key}~retired:")
 
 
 def test_max_age_deletes_old_checkpoints_and_keeps_each_namespaces_latest(
