@@ -34,12 +34,16 @@ class Ledger:
         self._engine = engine
 
     @staticmethod
-    def key_for(thread_id: str, tool_call_id: str, checkpoint_ns: str = "") -> str:
+    def key_for(thread_id: str, tool_call_id: str, checkpoint_ns: str = "",
+                checkpoint_id: str | None = None) -> str:
         """The key of the call ``tool_call_id`` of an ``AIMessage`` in a thread.
 
-        ``checkpoint_ns`` is the graph's namespace (``""`` for the root graph).
+        ``checkpoint_ns`` is the graph's namespace (``""`` for the root graph);
+        ``checkpoint_id`` the checkpoint the call's step ran from, for a call made in a
+        graph (``ToolNode``, agents): the one whose ``next`` holds the tool step. A call
+        made outside a graph has none.
         """
-        return derive_key(thread_id, checkpoint_ns, tool_call_id)
+        return derive_key(thread_id, checkpoint_ns, tool_call_id, checkpoint_id)
 
     def get(self, key: str) -> LedgerRecord | None:
         """The record of one call, or ``None``.

@@ -25,15 +25,15 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph_durable._core import ledger as core
 from langgraph_durable._core.keys import check_text
 from langgraph_durable._core.ledger.keys import derive_key, fingerprint
-from langgraph_durable.errors import ConfigurationError
-from langgraph_durable.tools import (
-    ain_ledger,
+from langgraph_durable._task import (
     find_saver,
     graph_namespace,
-    in_ledger,
     langgraph_step,
+    step_checkpoint,
     task_positions,
 )
+from langgraph_durable.errors import ConfigurationError
+from langgraph_durable.tools import ain_ledger, in_ledger
 
 if TYPE_CHECKING:
     from langgraph_durable.saver import DurableSaver
@@ -86,8 +86,10 @@ def model_call_spec(saver: DurableSaver | None, config: RunnableConfig, model: s
     thread_id, ns = check_text(thread, "thread_id"), graph_namespace(configurable)
     position = task_positions.next("model", configurable)
     call_ref = f"model:{node}:{step}:{position}:{digest[:32]}"
+    checkpoint = step_checkpoint(configurable)
     return found, core.CallSpec(
-        key=derive_key(thread_id, ns, call_ref), thread_id=thread_id, checkpoint_ns=ns,
+        key=derive_key(thread_id, ns, call_ref, checkpoint), thread_id=thread_id,
+        checkpoint_ns=ns, checkpoint_id=checkpoint,
         call_ref=call_ref, tool_call_id=None, task_id=str(configurable["__pregel_task_id"]),
         tool=f"model:{model}", args={"input": digest}, fingerprint=digest,
         owner=found.engine.owner, policy=_POLICY, step=step,

@@ -16,7 +16,6 @@ import inspect
 import json
 import logging
 import threading
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -29,7 +28,6 @@ from langchain_core.messages.tool import ToolOutputMixin
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langchain_core.tools import tool as as_tool
-from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
 from pydantic import PrivateAttr, ValidationError
@@ -37,6 +35,14 @@ from pydantic import PrivateAttr, ValidationError
 from langgraph_durable._core import ledger as core
 from langgraph_durable._core.keys import check_text
 from langgraph_durable._core.ledger.keys import derive_key, explicit_key, fingerprint
+from langgraph_durable._task import (
+    TASK_ID,
+    find_saver,
+    graph_namespace,
+    langgraph_step,
+    step_checkpoint,
+    task_positions,
+)
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import ConfigurationError, ToolCallError
 
@@ -47,10 +53,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("langgraph_durable")
 
 # LangGraph's per-task config keys (private names, stable since langgraph 0.2).
-_TASK_ID = "__pregel_task_id"
 _DURABILITY = "__pregel_durability"
-_READ = "__pregel_read"
-_RUNTIME = "__pregel_runtime"
 
 _CURRENT_KEY: ContextVar[str | None] = ContextVar("langgraph_durable_tool_key", default=None)
 
@@ -255,7 +258,8 @@ class DurableTool(BaseTool):
     def _call_spec(self, tool_input: str | dict[str, Any], config: RunnableConfig | None,
                    tool_call_id: str | None) -> tuple[DurableSaver, core.CallSpec]:
         """Find the saver and the call's key: explicit ``key=``; else (thread, graph
-        namespace, tool_call_id); else (thread, graph namespace, task id + position)."""
+        namespace, tool_call_id or task id + position, and in a graph task the checkpoint
+        its step ran from)."""
         options = self._options
         configurable = ensure_config(config).get("configurable") or {}
         saver = find_saver(options.saver, configurable, f"durable tool {self.name!r}",
@@ -263,8 +267,9 @@ class DurableTool(BaseTool):
         args = self._model_args(tool_input)
         raw_thread = configurable.get("thread_id")
         thread_id = check_text(raw_thread, "thread_id") if raw_thread is not None else ""
-        task_id = configurable.get(_TASK_ID)
+        task_id = configurable.get(TASK_ID)
         ns = graph_namespace(configurable)
+        checkpoint = step_checkpoint(configurable)
         call_ref: str | None = None
         if options.key is not None:
             key = explicit_key(options.key(args))
@@ -281,13 +286,13 @@ class DurableTool(BaseTool):
                 raise ConfigurationError(
                     f"durable tool {self.name!r} was called outside a LangGraph task and without "
                     "a tool call id: pass a ToolCall, or give the tool key=")
-            key = derive_key(thread_id, ns, call_ref)
+            key = derive_key(thread_id, ns, call_ref, checkpoint)
         return saver, core.CallSpec(
             key=key, thread_id=thread_id, checkpoint_ns=ns, call_ref=call_ref,
             tool_call_id=tool_call_id, task_id=str(task_id) if task_id else None,
             tool=self.name, args=args, fingerprint=fingerprint(args),
             owner=saver.engine.owner, policy=options.policy,
-            decided_by=(configurable.get("checkpoint_map") or {}).get(ns) if task_id else None,
+            decided_by=checkpoint, checkpoint_id=checkpoint if call_ref is not None else None,
             # LangGraph writes its durability into the config only when it was given;
             # its default is "async"
             durability=configurable.get(_DURABILITY) or "async",
@@ -300,32 +305,6 @@ class DurableTool(BaseTool):
             return tool_input
         names = _arg_names(self.inner)
         return {k: v for k, v in tool_input.items() if k in names}
-
-
-_WRAPPED = ("_inner",)
-"""Attributes in which a checkpointer that wraps another keeps it: LangGraph's server hands
-tasks an adapter that holds the checkpointer of ``langgraph.json`` in ``_inner``."""
-
-
-def _wrapped_saver(checkpointer: object) -> object:
-    """The `DurableSaver` a graph's checkpointer is or wraps (else the checkpointer).
-
-    Looked up by attribute, never by the wrapper's type, so that the server's packages are
-    never imported; static lookup, so that a wrapper which forwards unknown attributes to
-    what it wraps (``__getattr__``) is not asked for them.
-    """
-    from langgraph_durable.saver import DurableSaver
-
-    found = checkpointer
-    for _ in range(4):  # a wrapper of a wrapper, at most a few deep
-        if found is None or isinstance(found, DurableSaver):
-            break
-        inner = next((value for name in _WRAPPED
-                      if (value := inspect.getattr_static(found, name, None)) is not None), None)
-        if inner is None:
-            break
-        found = inner
-    return found if isinstance(found, DurableSaver) else checkpointer
 
 
 def _arg_names(tool: BaseTool) -> frozenset[str]:
@@ -343,74 +322,6 @@ def _blocking(tool: BaseTool) -> bool:
     # a BaseTool subclass that keeps LangChain's own async path
     return inspect.getattr_static(type(tool), "_arun") is inspect.getattr_static(
         BaseTool, "_arun")
-
-
-class _Positions:
-    """Where each call of a running LangGraph task stands among the task's calls of its kind
-    (``"tool"``, ``"model"``), counted from 0 in the order the task makes them.
-
-    The count hangs on an object LangGraph makes anew for each execution of a task (its
-    read function, ``__pregel_read``), held weakly, and on the attempt under a
-    ``RetryPolicy`` (``node_attempt``): it survives LangChain running a call in a copied
-    context (a ``RunnableLambda``, a chain), where a ``ContextVar`` set inside would be
-    lost, and it starts afresh when the step runs again (a retry, a resume), so a re-run's
-    calls get the positions, hence the keys, they had.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: weakref.WeakKeyDictionary[object, dict[tuple[str, object], int]] = (
-            weakref.WeakKeyDictionary())
-
-    def next(self, kind: str, configurable: dict[str, Any]) -> int:
-        """The position of this call of ``kind`` in the running task.
-
-        Raises:
-            ConfigurationError: not inside a LangGraph task.
-        """
-        anchor = configurable.get(_READ)
-        if anchor is None:
-            raise ConfigurationError(
-                f"a durable {kind} call without a tool call id runs inside a LangGraph task")
-        runtime = configurable.get(_RUNTIME)
-        attempt = getattr(getattr(runtime, "execution_info", None), "node_attempt", None)
-        with self._lock:
-            counts = self._counts.setdefault(anchor, {})
-            position = counts.get((kind, attempt), 0)
-            counts[kind, attempt] = position + 1
-        return position
-
-
-task_positions = _Positions()
-
-
-def find_saver(explicit: DurableSaver | None, configurable: dict[str, Any], what: str,
-               how: str) -> DurableSaver:
-    """The `DurableSaver` a call uses: ``explicit``, else the graph's checkpointer.
-
-    Raises:
-        ConfigurationError: neither is a `DurableSaver` (``what`` needs one; ``how`` says
-            how to give it).
-    """
-    from langgraph_durable.saver import DurableSaver
-
-    saver = explicit or _wrapped_saver(configurable.get(CONFIG_KEY_CHECKPOINTER))
-    if not isinstance(saver, DurableSaver):
-        raise ConfigurationError(
-            f"{what} needs a DurableSaver: {how} or compile the graph with "
-            "checkpointer=DurableSaver(...) (under LangGraph's server: name "
-            "langgraph_durable.server.checkpointer in langgraph.json)")
-    return saver
-
-
-def graph_namespace(configurable: dict[str, Any]) -> str:
-    """The checkpoint namespace of the graph a task runs in (its own namespace, which ends
-    with ``:<task id>``, cut back to its graph's)."""
-    task_id = configurable.get(_TASK_ID)
-    ns = str(configurable.get("checkpoint_ns") or "")
-    if task_id and ns.endswith(f":{task_id}"):
-        ns = ns.rpartition("|")[0]
-    return ns
 
 
 def in_ledger(engine: Engine, spec: core.CallSpec, work: Callable[[], Any]) -> Any:
@@ -464,12 +375,6 @@ def _running(engine: Engine, request: core.Invoke) -> Iterator[None]:
             yield
     finally:
         _CURRENT_KEY.reset(token)
-
-
-def langgraph_step(metadata: dict[str, Any]) -> int | None:
-    """The LangGraph step a task runs in (``langgraph_step`` in its config's metadata)."""
-    step = metadata.get("langgraph_step")
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _present(value: Any, tool_call_id: str | None, name: str) -> Any:

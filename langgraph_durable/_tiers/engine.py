@@ -329,7 +329,7 @@ def _host_first(effects: Effects) -> Effects:
 
     def answer(request: Any) -> Any:
         if isinstance(request, OwnerGone):
-            return host.owner_gone(request.owner, request.key)
+            return host.owner_gone(request.owner, request.key, request.asker)
         return effects(request)
 
     return answer
@@ -340,7 +340,8 @@ def _ahost_first(effects: AsyncEffects) -> AsyncEffects:
 
     async def answer(request: Any) -> Any:
         if isinstance(request, OwnerGone):  # reads /proc: off the event loop
-            return await asyncio.to_thread(host.owner_gone, request.owner, request.key)
+            return await asyncio.to_thread(host.owner_gone, request.owner, request.key,
+                                           request.asker)
         return await effects(request)
 
     return answer

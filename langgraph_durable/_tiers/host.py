@@ -105,10 +105,11 @@ def forked() -> None:
     ACTIVE = ActiveCalls()
 
 
-def owner_gone(owner: str | None, key: str) -> bool:
-    """Whether the lease owner provably no longer runs the call: it is this process and no
-    caller but the asking one (registered in `ACTIVE`) handles the key, or a process on this
-    host that no longer exists."""
+def owner_gone(owner: str | None, key: str, asker: str) -> bool:
+    """Whether the lease owner provably no longer runs the call ``key``: it is this process
+    and no caller handles the key but the asking one (registered in `ACTIVE` under
+    ``asker``, which may be another key: a call that goes on as a recorded one), or a
+    process on this host that no longer exists."""
     me = process_owner()
     if owner is None:
         return True
@@ -117,7 +118,7 @@ def owner_gone(owner: str | None, key: str) -> bool:
     if host != me.host or not pid_text.isdigit():
         return False
     if owner == me.text:
-        return ACTIVE.count(key) <= 1
+        return ACTIVE.count(key) - (asker == key) <= 0
     pid = int(pid_text)
     if pid == me.pid:  # an earlier process that had our pid
         return True

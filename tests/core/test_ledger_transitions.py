@@ -57,6 +57,7 @@ def _row(ctx: Context, status: str, *, attempts: int = 1, claimed: bool = False,
         "attempts": attempts, "error": error, "error_type": error_type, "retryable": retryable,
         "lease_owner": owner, "lease_expires_at": None, "duplicate_of": None,
         "started_at": NOW, "finished_at": None, "idempotency_key": KEY, "retired_at": None,
+        "checkpoint_id": None,
         "claimed": claimed, "lease_expired": expired,
         "result": None if result is None else encode_result(ctx.serde, result), **fields,
     }

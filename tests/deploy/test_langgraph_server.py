@@ -36,8 +36,8 @@ from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
 from langgraph_durable import ConfigurationError, DurableSaver, LedgerRecord
+from langgraph_durable._task import _wrapped_saver
 from langgraph_durable.server import checkpointer, saver_options
-from langgraph_durable.tools import _wrapped_saver
 from tests.support.graphs import delta_graph
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -65,8 +66,9 @@ def _shop(saver: DurableSaver, flavour: str, calls: list[str]) -> list[Any]:
 def test_tools_run_once_in_toolnode_and_agent(saver: DurableSaver, kind: str,
                                               flavour: str) -> None:
     """Sync tools under ``invoke`` and async tools under ``ainvoke``, in parallel tool calls
-    of a ToolNode graph and of ``create_react_agent``: each runs once, is recorded with the
-    key it saw, and a later call with the same key replays without running."""
+    of a ToolNode graph and of ``create_react_agent``: each runs once and is recorded with
+    the key it saw, made of the thread, the tool-call id and the checkpoint the tool step
+    ran from (the one that holds the model's message)."""
     calls: list[str] = []
     tools = _shop(saver, flavour, calls)
     graph = app.BUILDERS[kind](saver, tools)
@@ -80,12 +82,12 @@ def test_tools_run_once_in_toolnode_and_agent(saver: DurableSaver, kind: str,
     assert {t: (r.status, r.attempts) for t, r in records.items()} == {
         "charge": ("succeeded", 1), "lookup": ("succeeded", 1)}
     assert sorted(calls) == sorted(r.key for r in records.values())
-    assert records["charge"].key == saver.ledger.key_for(thread, "call_charge")
+    decided = next(s.config["configurable"]["checkpoint_id"]
+                   for s in graph.get_state_history(thread_config(thread)) if "tools" in s.next)
+    assert records["charge"].checkpoint_id == decided
+    assert records["charge"].key == saver.ledger.key_for(thread, "call_charge",
+                                                         checkpoint_id=decided)
     assert records["charge"].result.content == "charged 1250"
-    again = tools[0].invoke(app.CALLS[0], thread_config(thread)) if flavour == "sync" else (
-        asyncio.run(tools[0].ainvoke(app.CALLS[0], thread_config(thread))))
-    assert again.content == "charged 1250" and again.tool_call_id == "call_charge"
-    assert len(calls) == 2
 
 
 class _ShapesState(TypedDict):
@@ -95,8 +97,9 @@ class _ShapesState(TypedDict):
 
 def test_every_result_shape_works_in_toolnode_and_replays(saver: DurableSaver) -> None:
     """Tools returning a string, a ToolMessage, content and artifact, and a Command work in a
-    ToolNode (ToolRuntime and InjectedToolCallId injected); invoked again with the same key,
-    each returns its recorded result without running."""
+    ToolNode (ToolRuntime and InjectedToolCallId injected); when the step runs again from
+    the same checkpoint (here: it failed after the tools ran), each returns its recorded
+    result without running."""
     calls: list[str] = []
 
     def text(x: int) -> str:
@@ -125,28 +128,33 @@ def test_every_result_shape_works_in_toolnode_and_replays(saver: DurableSaver) -
     tools = [durable_tool(t, saver=saver) for t in (text, message, artifact, command)]
     tool_calls = [tool_call(t.name, {"x": i}, f"id-{t.name}") for i, t in enumerate(tools)]
 
+    node, failed = ToolNode(tools), []
+
+    def tools_then_fail_once(state: _ShapesState, config: RunnableConfig) -> Any:
+        out = node.invoke(state, config)
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("the step fails once, after its tools ran")
+        return out
+
     builder = StateGraph(_ShapesState)
     builder.add_node("plan", lambda s: {"messages": [AIMessage("", tool_calls=tool_calls)]})
-    builder.add_node("tools", ToolNode(tools))
+    builder.add_node("tools", tools_then_fail_once)
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "tools")
     builder.add_edge("tools", END)
     thread = new_thread()
-    state = builder.compile(checkpointer=saver).invoke(
-        {"messages": [HumanMessage("go")], "note": ""}, thread_config(thread))
+    graph = builder.compile(checkpointer=saver)
+    with pytest.raises(RuntimeError, match="fails once"):
+        graph.invoke({"messages": [HumanMessage("go")], "note": ""}, thread_config(thread))
+    assert sorted(calls) == ["artifact", "command", "message", "text"]
+    state = graph.invoke(None, thread_config(thread))
     replies = {m.tool_call_id: m for m in state["messages"] if isinstance(m, ToolMessage)}
     assert replies["id-artifact"].artifact == {"raw": [2, 2]}
     assert replies["id-message"].artifact == {"x": 1}
     assert state["note"] == "note 3" and replies["id-command"].content == "command 3"
-    assert sorted(calls) == ["artifact", "command", "message", "text"]
-    for t, call in zip(tools, tool_calls, strict=True):
-        replayed = t.invoke(call, thread_config(thread))
-        if isinstance(replayed, Command):
-            assert replayed.update["note"] == "note 3"  # type: ignore[index]
-        else:
-            assert replayed.content == replies[call["id"]].content
-            assert replayed.artifact == replies[call["id"]].artifact
-    assert len(calls) == 4
+    assert sorted(calls) == ["artifact", "command", "message", "text"]  # all replayed
+    assert {r.status for r in saver.ledger.list(thread)} == {"succeeded"}
 
 
 def test_same_key_with_other_arguments_or_tool_is_a_conflict(saver: DurableSaver) -> None:
@@ -304,9 +312,11 @@ def test_delete_and_copy_thread_follow_the_ledger(saver: DurableSaver) -> None:
     app.build_graph(saver, tools).invoke(app.START_INPUT, thread_config(thread))
     saver.copy_thread(thread, copy)
     copied = {r.tool: r for r in saver.ledger.list(copy)}
-    assert copied["charge"].key == saver.ledger.key_for(copy, "call_charge")
-    assert copied["charge"].key == derive_key(copy, "", "call_charge")
-    assert tools[0].invoke(app.CALLS[0], thread_config(copy)).content == "charged 1250"
+    step = copied["charge"].checkpoint_id
+    assert step is not None and step == {r.tool: r for r in saver.ledger.list(thread)}[
+        "charge"].checkpoint_id  # the copied checkpoints keep their ids
+    assert copied["charge"].key == saver.ledger.key_for(copy, "call_charge", checkpoint_id=step)
+    assert copied["charge"].key == derive_key(copy, "", "call_charge", step)
     assert len(calls) == 2
     saver.delete_thread(thread)
     assert saver.ledger.list(thread) == [] and len(saver.ledger.list(copy)) == 2
@@ -356,9 +366,10 @@ def test_calls_without_a_tool_call_id_use_task_position_or_explicit_key(
     assert len(tasks) == 1 and all(r.tool_call_id is None for r in records)
     task = tasks.pop()
     assert task is not None
+    step = next(r.checkpoint_id for r in records if r.key.startswith("lgd-"))
     assert {r.key for r in records} == {
-        derive_key(threads[0], "", f"task:{task}:0"), derive_key(threads[0], "", f"task:{task}:1"),
-        f"refund-3-{run}"}
+        derive_key(threads[0], "", f"task:{task}:0", step),
+        derive_key(threads[0], "", f"task:{task}:1", step), f"refund-3-{run}"}
     assert calls == [1, 2, 3, 1, 2]  # the explicit key ran once for both threads
 
 

@@ -179,7 +179,7 @@ def test_dead_owner_on_this_host_is_found_without_waiting_for_its_lease(
     echo.invoke(tool_call("echo", {"x": 4}), thread_config(thread))
     assert time.monotonic() - started < 30
     assert calls == [4, 4]
-    assert not owner_gone(process_owner().text.replace(process_owner().host, "other"), "k")
+    assert not owner_gone(process_owner().text.replace(process_owner().host, "other"), "k", "k")
 
 
 def test_heartbeat_keeps_a_long_call_alive(saver: DurableSaver, namespace: tuple[str, str],

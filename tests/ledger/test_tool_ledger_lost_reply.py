@@ -136,7 +136,7 @@ def test_a_claim_reply_lost_on_the_wire_runs_the_tool_once(
     thread = uuid.uuid4().hex
     call = {"type": "tool_call", "name": "charge", "args": {"cents": 7}, "id": "call-7"}
     config: Any = {"configurable": {"thread_id": thread}}
-    proxy.lose_reply(b"WITH dup AS")  # the claim statement's text
+    proxy.lose_reply(b"WITH lost AS")  # the claim statement's text
     if flavour == "sync":
         message = charge.invoke(call, config)
     else:

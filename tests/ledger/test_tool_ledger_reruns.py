@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -77,22 +78,38 @@ def test_a_tool_runs_only_once_the_checkpoint_that_decided_it_is_in_postgres(
 def test_a_settled_call_asked_for_again_replays_without_waiting_for_its_decision(
         make_saver: Any, namespace: tuple[str, str], write_mode: str) -> None:
     """A call the ledger holds as succeeded was decided durably before it first ran, so a
-    run asking for it again (here a replay from the checkpoint that decided it) gets the
-    recorded result at once, from the same look at Postgres that would have waited: the
-    tool does not run again, and written behind no journal is drained for it (another
-    thread's unflushed checkpoint stays in Redis alone)."""
+    run asking for it again (here the tool step, which failed after the tool ran, run
+    again from the same checkpoint) gets the recorded result at once, from the same look at
+    Postgres that would have waited: the tool does not run again, and written behind no
+    journal is drained for it (another thread's unflushed checkpoint stays in Redis
+    alone)."""
     saver = make_saver(flush_interval=60.0)
     calls: list[int] = []
-    graph = model_then_tool_graph(saver, echo_tool(saver, calls), {"x": 7},
-                                  lambda: f"call-{uuid.uuid4().hex}")
+    echo = echo_tool(saver, calls)
+    node, failed = ToolNode([echo]), []
+
+    def tools_then_fail_once(state: MessagesState, config: RunnableConfig) -> Any:
+        out = node.invoke(state, config)
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("the step fails once, after its tool ran")
+        return out
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", lambda s: {"messages": [AIMessage("", tool_calls=[
+        tool_call("echo", {"x": 7}, f"call-{uuid.uuid4().hex}")])]})
+    builder.add_node("tools", tools_then_fail_once)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    builder.add_edge("tools", END)
+    graph = builder.compile(checkpointer=saver)
     thread = new_thread()
-    graph.invoke({"messages": [("user", "go")]}, thread_config(thread))
-    decided = next(s for s in graph.get_state_history(thread_config(thread))
-                   if s.next == ("tools",))
+    with pytest.raises(RuntimeError, match="fails once"):
+        graph.invoke({"messages": [("user", "go")]}, thread_config(thread))
     other = new_thread()
     put_value(saver, other, "unflushed")
 
-    replayed = graph.invoke(None, decided.config)
+    replayed = graph.invoke(None, thread_config(thread))
 
     assert calls == [7]
     assert replayed["messages"][-1].content == "echo 7"

@@ -118,6 +118,7 @@ class Tally:
     lost_in_window: int = 0
     orders: int = 0  # orders shipped (a fork's own orders included)
     repeated: int = 0  # orders that reached the provider twice (or more)
+    dropped: int = 0  # orders intended (asked for) that never reached the provider
     effects: int = 0  # requests the provider received
     resumed: int = 0
     completed: int = 0
@@ -136,8 +137,8 @@ class Tally:
                 ("  ... in AOF everysec's last second (documented)", str(self.lost_in_window)),
                 ("supervisor threads' draws", _fmt(self.draws)),
                 ("cut-off calls the operator resolved", _fmt(self.resolved)),
-                ("orders / provider requests / orders reached twice",
-                 f"{self.orders} / {self.effects} / {self.repeated}"),
+                ("orders / provider requests / reached twice / never reached",
+                 f"{self.orders} / {self.effects} / {self.repeated} / {self.dropped}"),
                 ("threads resumed / completed", f"{self.resumed} / {self.completed}"),
                 ("violations", str(len(self.violations))),
                 ("duration", f"{self.seconds:.0f} s")]
@@ -150,11 +151,13 @@ class Tally:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        """One line: kills, faults per kind, orders and what reached the provider twice."""
+        """One line: kills, faults per kind, orders, and those that reached the provider
+        twice or never."""
         return (f"summary: {sum(self.kills.values())} kills ({_fmt(self.kills)}), "
                 f"{sum(self.faults.values())} faults ({_fmt(self.faults)}), "
                 f"{self.orders} orders, {self.effects} provider requests, "
-                f"{self.repeated} reached twice, {self.lost} acknowledged checkpoints lost, "
+                f"{self.repeated} reached twice, {self.dropped} never reached, "
+                f"{self.lost} acknowledged checkpoints lost, "
                 f"{len(self.violations)} violations, {self.seconds:.0f} s")
 
     def violation(self, r: Run, what: str) -> None:
@@ -311,6 +314,7 @@ class Checker:
                 self.tally.effects += len(keys)
                 self.tally.orders += 1
                 if n == 0 and not (who == r.fork.thread_id if r.fork else False):
+                    self.tally.dropped += 1
                     self.tally.violation(r, f"order {item} never reached the provider ({who})")
                 elif n > 1:
                     self.tally.repeated += 1

@@ -16,13 +16,18 @@ from langgraph_durable._core.keys import check_text
 from langgraph_durable.errors import ConfigurationError
 
 
-def derive_key(thread_id: str, checkpoint_ns: str, call_ref: str) -> str:
-    """The key of a call from its thread, namespace and tool call id (or task position).
+def derive_key(thread_id: str, checkpoint_ns: str, call_ref: str,
+               checkpoint_id: str | None = None) -> str:
+    """The key of a call: its thread, graph namespace, call reference (tool call id, task
+    position, or model call) and, for a call made in a graph task, the checkpoint its step
+    ran from, so that the same reference run from another checkpoint (a fork, an
+    ``update_state`` that edited the call) is another call.
 
     Mirrored in SQL by ``COPY_THREAD_LEDGER_SQL``: parts are length-prefixed, so no id can
     make two calls collide.
     """
-    text = "|".join(f"{len(p.encode())}:{p}" for p in (thread_id, checkpoint_ns, call_ref))
+    parts = (thread_id, checkpoint_ns, call_ref) + ((checkpoint_id,) if checkpoint_id else ())
+    text = "|".join(f"{len(p.encode())}:{p}" for p in parts)
     return "lgd-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 

@@ -56,6 +56,8 @@ class LedgerRecord:
         idempotency_key: the key the tool passes downstream (`current_idempotency_key`)
             and ``verify`` receives: ``key`` itself, except for a call copied into a fork
             (``copy_thread``), which keeps the key the downstream API saw for the original.
+        checkpoint_id: the checkpoint the call's step ran from (``None`` outside a graph
+            task), part of its key.
         retired_at: when the thread was deleted with its ledger kept (``keep_ledger``):
             the row stays as an audit trail and answers no later call; its ``key`` then
             ends with ``~retired:<microseconds>``, and ``idempotency_key`` is the key the
@@ -81,6 +83,7 @@ class LedgerRecord:
     started_at: datetime
     finished_at: datetime | None
     idempotency_key: str
+    checkpoint_id: str | None = None
     retired_at: datetime | None = None
 
 
@@ -119,6 +122,10 @@ class CallSpec:
     # the LangGraph step the call runs in (``langgraph_step``), when known; recorded for
     # the audit trail (a call's identity is its key alone)
     step: int | None = None
+    # the checkpoint the call's step ran from, part of its key (``None`` outside a graph
+    # task): a recorded call of the same reference whose checkpoint Postgres never held (a
+    # run under durability "exit", or checkpoints lost) is this call, run again
+    checkpoint_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +169,13 @@ class Invoke:
 
 @dataclass(frozen=True, slots=True)
 class OwnerGone:
-    """Whether the lease owner provably no longer runs the call (its process on this host
-    is gone, or it is this process and no other caller here handles the key); the engine
-    sends back a bool."""
+    """Whether the lease owner provably no longer runs the call ``key`` (its process on this
+    host is gone, or it is this process and no caller here but the asker, which handles
+    ``asker``, handles the key); the engine sends back a bool."""
 
     owner: str | None
     key: str
+    asker: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ its own, so a call that never ran is not taken for an interrupted one.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from redis.backoff import ExponentialBackoff
@@ -86,6 +87,15 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
     seen = recorded if recorded is not None else (yield from _claim(ctx, spec))
     if seen.claimed:
         return (yield from _fresh(ctx, spec, seen.record))
+    asker = spec.key  # what this caller is handled under in this process
+    if seen.record.key != spec.key:  # the same call, its first run's checkpoints never stored
+        logger.warning(
+            "tool call %s (%s, thread %r) is call %s (%s) run again: that run's checkpoint "
+            "%s never reached Postgres (durability 'exit', or lost), so this run came back "
+            "to the call from checkpoint %s; it goes on as that call", spec.key, spec.tool,
+            spec.thread_id, seen.record.key, seen.record.status,
+            seen.record.checkpoint_id, spec.checkpoint_id)
+        spec = replace(spec, key=seen.record.key)
     waited, polls = 0.0, 0
     while True:
         record = seen.record
@@ -100,7 +110,7 @@ def call(ctx: Context, spec: CallSpec) -> CallOp[Any]:
                 return (yield from _execute(ctx, spec, taken))
         elif record.status == "started":
             dead = not seen.lease_expired and bool(
-                (yield OwnerGone(record.lease_owner, record.key))
+                (yield OwnerGone(record.lease_owner, record.key, asker))
             )
             if seen.lease_expired or dead:
                 marked = yield from _mark_uncertain(ctx, record, force=dead)
@@ -232,7 +242,7 @@ def _claim(ctx: Context, spec: CallSpec) -> Op[Seen]:
         "dup_window": window,
         "nonce": spec.nonce,
         "step": spec.step,
-        "checkpoint_id": spec.decided_by,
+        "checkpoint_id": spec.checkpoint_id,
     }
     request = Cold.one(statements(ctx.config.schema).claim, params, fetch=True)
     while True:  # no row: a concurrent claim committed after our snapshot; it is visible now

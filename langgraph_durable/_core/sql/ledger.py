@@ -5,8 +5,9 @@ parameters are named. Times come from the
 database clock (``clock_timestamp()``), never the caller's, so leases mean the same thing
 on every host.
 
-A derived key is ``"lgd-" + sha256(f"{n}:{thread}|{n}:{ns}|{n}:{ref}")[:40]`` where each
-``n`` is the UTF-8 length of the part that follows it (see `_core.ledger.keys.derive_key`);
+A derived key is ``"lgd-" + sha256(f"{n}:{thread}|{n}:{ns}|{n}:{ref}|{n}:{checkpoint}")[:40]``
+(the checkpoint part only for a call made in a graph task) where each ``n`` is the UTF-8
+length of the part that follows it (see `_core.ledger.keys.derive_key`);
 `COPY_THREAD_LEDGER_SQL` recomputes it in SQL for the target thread.
 """
 
@@ -87,6 +88,8 @@ CREATE INDEX lgd_tool_calls_step_idx ON {schema}.lgd_tool_calls (thread_id, step
         """
 ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN checkpoint_id text;
 ALTER TABLE {schema}.lgd_tool_calls ADD COLUMN retired_at timestamptz;
+CREATE INDEX lgd_tool_calls_ref_idx
+    ON {schema}.lgd_tool_calls (thread_id, checkpoint_ns, call_ref);
 """,
     ),
 )
@@ -112,6 +115,7 @@ COLUMNS = (
     "duplicate_of",
     "started_at",
     "finished_at",
+    "checkpoint_id",
     "retired_at",
 )
 # The key passed downstream: a fork's copy keeps the original's, any other row its own.
@@ -139,10 +143,16 @@ _OURS = (
 )
 
 # Claim a key, or read the row that holds it: one statement, one commit. ``claimed`` tells
-# our insert from a foreign row. A key is a call's exact identity (thread, graph namespace,
-# tool-call id or task id and position: `_core.ledger.keys`); nothing else makes two calls
-# one. With ``%(dup_window)s`` (seconds) set, a succeeded call of the same thread, tool and
-# arguments under another key within the window, decided by another checkpoint than
+# our insert from a foreign row. A key is a call's exact identity (thread, graph
+# namespace, call reference, and the checkpoint its step ran from: `_core.ledger.keys`);
+# equal arguments never make two calls one. One call has two keys only when its step ran
+# from a checkpoint Postgres never held (a run under durability "exit", or checkpoints
+# lost before they were stored): the run again comes back to the same reference (a
+# recorded model answer gives the same tool-call id) from a new checkpoint. Such a
+# recorded call (same thread, namespace and reference, its checkpoint not in
+# ``lgd_checkpoints``, not retired) is returned instead of a new row, to go on as that
+# call. With ``%(dup_window)s`` (seconds) set, a succeeded call of the same thread, tool
+# and arguments under another key within the window, decided by another checkpoint than
 # ``%(checkpoint_id)s`` (calls of one model message or one step are siblings, not
 # duplicates) and not retired with a deleted conversation, is named in ``duplicate_of``.
 # Zero rows means a concurrent claim committed after this statement's snapshot: run it
@@ -153,7 +163,18 @@ _OURS = (
 # %(fingerprint)s %(owner)s %(lease)s %(dup_window)s %(nonce)s %(step)s %(checkpoint_id)s
 CLAIM_SQL = (
     """
-WITH dup AS (
+WITH lost AS (
+    SELECT s.key FROM {schema}.lgd_tool_calls s
+    WHERE %(checkpoint_id)s::text IS NOT NULL AND s.thread_id = %(thread_id)s
+      AND s.checkpoint_ns = %(checkpoint_ns)s AND s.call_ref = %(call_ref)s
+      AND s.key <> %(key)s AND s.retired_at IS NULL
+      AND s.checkpoint_id IS NOT NULL AND s.checkpoint_id <> %(checkpoint_id)s::text
+      AND NOT EXISTS (SELECT 1 FROM {schema}.lgd_checkpoints c
+                      WHERE c.thread_id = s.thread_id AND c.checkpoint_ns = s.checkpoint_ns
+                        AND c.checkpoint_id = s.checkpoint_id)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.lgd_tool_calls o WHERE o.key = %(key)s)
+    ORDER BY s.started_at DESC LIMIT 1
+), dup AS (
     SELECT d.key FROM {schema}.lgd_tool_calls d
     WHERE %(dup_window)s::float8 IS NOT NULL
       AND d.thread_id = %(thread_id)s AND d.tool = %(tool)s
@@ -166,10 +187,11 @@ WITH dup AS (
     INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref,
         tool_call_id, task_id, tool, args_fingerprint, status, attempts, lease_owner,
         lease_expires_at, duplicate_of, claim_nonce, step, checkpoint_id)
-    VALUES (%(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
+    SELECT %(key)s, %(thread_id)s, %(checkpoint_ns)s, %(call_ref)s, %(tool_call_id)s,
         %(task_id)s, %(tool)s, %(fingerprint)s, 'started', 1, %(owner)s, """
     + _LEASE
-    + """, (SELECT key FROM dup), %(nonce)s, %(step)s::int, %(checkpoint_id)s::text)
+    + """, (SELECT key FROM dup), %(nonce)s, %(step)s::int, %(checkpoint_id)s::text
+    WHERE NOT EXISTS (SELECT 1 FROM lost)
     ON CONFLICT (key) DO NOTHING
     RETURNING *
 )
@@ -183,6 +205,11 @@ SELECT """
     + _RECORD
     + """ FROM {schema}.lgd_tool_calls
 WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
+UNION ALL
+SELECT false AS claimed, """
+    + _RECORD
+    + """ FROM {schema}.lgd_tool_calls
+WHERE key = (SELECT key FROM lost)
 """
 )
 
@@ -366,7 +393,9 @@ INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, to
 SELECT 'lgd-' || left(encode(sha256(convert_to(
            octet_length(%(target)s)::text || ':' || %(target)s || '|'
            || octet_length(checkpoint_ns)::text || ':' || checkpoint_ns || '|'
-           || octet_length(call_ref)::text || ':' || call_ref, 'UTF8')), 'hex'), 40),
+           || octet_length(call_ref)::text || ':' || call_ref
+           || COALESCE('|' || octet_length(checkpoint_id)::text || ':' || checkpoint_id, ''),
+           'UTF8')), 'hex'), 40),
        %(target)s, checkpoint_ns, call_ref, tool_call_id, task_id, tool, args_fingerprint,
        status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
        duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key), step,
