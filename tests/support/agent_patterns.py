@@ -426,7 +426,9 @@ def interrupt_and_resume(saver: Any, durable: bool) -> Run:
 
     def run(thread_id: str) -> None:
         for _ in range(2):
-            graph.invoke(ask("add apple"), config(thread_id))
+            paused = graph.invoke(ask("add apple"), config(thread_id))
+            if "__interrupt__" not in paused:
+                raise AssertionError("the tool call ran without asking for approval")
             graph.invoke(Command(resume="yes"), config(thread_id))
 
     return run
