@@ -119,6 +119,10 @@ class Tally:
     orders: int = 0  # orders shipped (a fork's own orders included)
     repeated: int = 0  # orders that reached the provider twice (or more)
     dropped: int = 0  # orders intended (asked for) that never reached the provider
+    # orders that reached the provider again after a kill under durability "exit" without
+    # recorded model calls: the model was asked again and minted new tool-call ids, new
+    # calls (a plain tool repeats them too; the ledger warns; docs/tool-ledger.md)
+    repeated_unrecorded: int = 0
     effects: int = 0  # requests the provider received
     resumed: int = 0
     completed: int = 0
@@ -139,6 +143,8 @@ class Tally:
                 ("cut-off calls the operator resolved", _fmt(self.resolved)),
                 ("orders / provider requests / reached twice / never reached",
                  f"{self.orders} / {self.effects} / {self.repeated} / {self.dropped}"),
+                ("  ... reached again under 'exit' without recorded model calls (documented)",
+                 str(self.repeated_unrecorded)),
                 ("threads resumed / completed", f"{self.resumed} / {self.completed}"),
                 ("violations", str(len(self.violations))),
                 ("duration", f"{self.seconds:.0f} s")]
@@ -316,6 +322,8 @@ class Checker:
                 if n == 0 and not (who == r.fork.thread_id if r.fork else False):
                     self.tally.dropped += 1
                     self.tally.violation(r, f"order {item} never reached the provider ({who})")
+                elif n > 1 and self._unrecorded(r):
+                    self.tally.repeated_unrecorded += 1
                 elif n > 1:
                     self.tally.repeated += 1
                     self.tally.violation(r, f"order {item} reached the provider {n} times ({who}, "
@@ -333,6 +341,13 @@ class Checker:
                 self.tally.violation(r, f"the model answered {answered} times, the ledger recorded "
                                         f"{attempts} attempts: a recorded answer was asked again")
 
+    @staticmethod
+    def _unrecorded(r: Run) -> bool:
+        """Whether ``r`` ran where no decision is durable before a call: durability "exit"
+        without recorded model calls, killed, so the resume asked the model again."""
+        return (r.durability == "exit" and not r.options.durable_model
+                and r.exit.startswith("killed"))
+
     def _rows(self, r: Run, item: str) -> str:
         """The ship calls of ``item`` in ``r``'s thread and its fork, for a violation."""
         threads = [r.thread_id] + ([r.fork.thread_id] if r.fork else [])
@@ -349,8 +364,8 @@ class Checker:
                       strict: bool = True) -> None:
         """Every ship call of the thread settled (none left started or uncertain: its policy
         or the operator applied), one succeeded per order; ``strict`` and without errors
-        shown to the model, one row per order (a call re-run under a new id is that call;
-        a fork re-running a step in a new namespace may replay the copy under a new row)."""
+        shown to the model and outside `_unrecorded` runs, one row per order (a fork
+        re-running a step in a new namespace may replay the copy under a new row)."""
         records: dict[str, list[str]] = {}
         for record in saver.ledger.list(thread_id):
             if record.tool == "ship":
@@ -359,7 +374,8 @@ class Checker:
             statuses = records.get(item, [])
             unsettled = [s for s in statuses if s in ("started", "uncertain")]
             if unsettled or "succeeded" not in statuses or (
-                    strict and not r.options.handle_errors and statuses != ["succeeded"]):
+                    strict and not r.options.handle_errors and not self._unrecorded(r)
+                    and statuses != ["succeeded"]):
                 self.tally.violation(r, f"{thread_id}: order {item} has ledger rows "
                                         f"{statuses or 'none'}: " + self._rows(r, item))
 
