@@ -119,9 +119,9 @@ class Tally:
     orders: int = 0  # orders shipped (a fork's own orders included)
     repeated: int = 0  # orders that reached the provider twice (or more)
     dropped: int = 0  # orders intended (asked for) that never reached the provider
-    # orders that reached the provider again after a kill under durability "exit" without
-    # recorded model calls: the model was asked again and minted new tool-call ids, new
-    # calls (a plain tool repeats them too; the ledger warns; docs/tool-ledger.md)
+    # orders that reached the provider again after a kill under durability "exit": the
+    # workers' models were asked again and minted new tool-call ids, new calls (a plain
+    # tool repeats them too; the ledger warns; `Checker._unrecorded`)
     repeated_unrecorded: int = 0
     effects: int = 0  # requests the provider received
     resumed: int = 0
@@ -143,7 +143,7 @@ class Tally:
                 ("cut-off calls the operator resolved", _fmt(self.resolved)),
                 ("orders / provider requests / reached twice / never reached",
                  f"{self.orders} / {self.effects} / {self.repeated} / {self.dropped}"),
-                ("  ... reached again under 'exit' without recorded model calls (documented)",
+                ("  ... reached again after a kill under 'exit' (documented)",
                  str(self.repeated_unrecorded)),
                 ("threads resumed / completed", f"{self.resumed} / {self.completed}"),
                 ("violations", str(len(self.violations))),
@@ -343,10 +343,13 @@ class Checker:
 
     @staticmethod
     def _unrecorded(r: Run) -> bool:
-        """Whether ``r`` ran where no decision is durable before a call: durability "exit"
-        without recorded model calls, killed, so the resume asked the model again."""
-        return (r.durability == "exit" and not r.options.durable_model
-                and r.exit.startswith("killed"))
+        """Whether ``r`` ran where no decision is durable before a call: durability "exit",
+        killed, so the resume ran the workers again from the start. Their calls are in
+        worker subgraphs, whose namespaces come from the supervisor's task ids, which come
+        from checkpoints never stored: with or without recorded model calls, the workers'
+        models are asked again and mint new tool-call ids, new calls, as with a plain
+        tool (docs/tool-ledger.md, "One call, one key")."""
+        return r.durability == "exit" and r.exit.startswith("killed")
 
     def _rows(self, r: Run, item: str) -> str:
         """The ship calls of ``item`` in ``r``'s thread and its fork, for a violation."""
