@@ -217,3 +217,22 @@ def test_a_durable_model_in_a_chain_counts_its_calls_in_the_task(saver: DurableS
 
     assert out["messages"][-1].content == "draft 1 | draft 2"
     assert len(calls) == 2
+
+
+def test_a_call_running_here_is_never_taken_for_dead_by_a_caller_under_another_key() -> None:
+    """Liveness is judged by who handles the recorded key in this process, leaving out only
+    the asker itself: a call that goes on as a recorded one (its own key differs) finds the
+    recorded call alive while a caller here handles it, and gone once none does."""
+    from langgraph_durable._tiers.host import ACTIVE, owner_gone, process_owner
+
+    me = process_owner().text
+    recorded, asker = f"lgd-rec-{uuid.uuid4().hex}", f"lgd-ask-{uuid.uuid4().hex}"
+    ACTIVE.enter(asker)
+    try:
+        ACTIVE.enter(recorded)  # the recorded call, still running in this process
+        assert not owner_gone(me, recorded, asker)
+        ACTIVE.leave(recorded)
+        assert owner_gone(me, recorded, asker)
+        assert owner_gone(me, asker, asker)  # only the asker handles its own key
+    finally:
+        ACTIVE.leave(asker)
