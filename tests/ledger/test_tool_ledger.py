@@ -12,7 +12,6 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -30,6 +29,7 @@ from langgraph_durable import (
 )
 from langgraph_durable._core.ledger.keys import derive_key
 from tests.support import ledger_app as app
+from tests.support.graphs import fails_once_after
 from tests.support.tool_calls import echo_tool, new_thread, sql, thread_config, tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
@@ -128,18 +128,10 @@ def test_every_result_shape_works_in_toolnode_and_replays(saver: DurableSaver) -
     tools = [durable_tool(t, saver=saver) for t in (text, message, artifact, command)]
     tool_calls = [tool_call(t.name, {"x": i}, f"id-{t.name}") for i, t in enumerate(tools)]
 
-    node, failed = ToolNode(tools), []
-
-    def tools_then_fail_once(state: _ShapesState, config: RunnableConfig) -> Any:
-        out = node.invoke(state, config)
-        if not failed:
-            failed.append(1)
-            raise RuntimeError("the step fails once, after its tools ran")
-        return out
 
     builder = StateGraph(_ShapesState)
     builder.add_node("plan", lambda s: {"messages": [AIMessage("", tool_calls=tool_calls)]})
-    builder.add_node("tools", tools_then_fail_once)
+    builder.add_node("tools", fails_once_after(ToolNode(tools)))
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "tools")
     builder.add_edge("tools", END)

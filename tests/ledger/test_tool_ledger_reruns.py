@@ -14,7 +14,6 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage
-from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -28,7 +27,7 @@ from langgraph_durable import (
 )
 from langgraph_durable._tiers.host import process_owner
 from tests.support.checkpoints import put_value
-from tests.support.graphs import model_then_tool_graph
+from tests.support.graphs import fails_once_after, model_then_tool_graph
 from tests.support.tool_calls import echo_tool, new_thread, sql, thread_config, tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
@@ -86,19 +85,11 @@ def test_a_settled_call_asked_for_again_replays_without_waiting_for_its_decision
     saver = make_saver(flush_interval=60.0)
     calls: list[int] = []
     echo = echo_tool(saver, calls)
-    node, failed = ToolNode([echo]), []
-
-    def tools_then_fail_once(state: MessagesState, config: RunnableConfig) -> Any:
-        out = node.invoke(state, config)
-        if not failed:
-            failed.append(1)
-            raise RuntimeError("the step fails once, after its tool ran")
-        return out
 
     builder = StateGraph(MessagesState)
     builder.add_node("model", lambda s: {"messages": [AIMessage("", tool_calls=[
         tool_call("echo", {"x": 7}, f"call-{uuid.uuid4().hex}")])]})
-    builder.add_node("tools", tools_then_fail_once)
+    builder.add_node("tools", fails_once_after(ToolNode([echo])))
     builder.add_edge(START, "model")
     builder.add_edge("model", "tools")
     builder.add_edge("tools", END)

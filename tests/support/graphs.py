@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -165,3 +166,21 @@ def model_then_tool_graph(saver: Any, tool: Any, args: dict[str, Any],
     builder.add_edge("model", "tools")
     builder.add_edge("tools", END)
     return builder.compile(checkpointer=saver)
+
+
+def fails_once_after(node: Any) -> Callable[..., Any]:
+    """``node`` (a runnable such as a ``ToolNode``) as a graph node that raises
+    ``RuntimeError("the step fails once, after its work")`` the first time, after ``node``
+    ran: the next ``invoke(None)`` runs the step again from the same checkpoint, as a
+    resume after a crash inside it does."""
+    failed: list[int] = []
+
+    def step(state: Any, config: RunnableConfig) -> Any:
+        out = node.invoke(state, config)
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("the step fails once, after its work")
+        return out
+
+    return step
+
