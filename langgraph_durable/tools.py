@@ -293,6 +293,8 @@ class DurableTool(BaseTool):
             tool=self.name, args=args, fingerprint=fingerprint(args),
             owner=saver.engine.owner, policy=options.policy,
             decided_by=checkpoint, checkpoint_id=checkpoint if call_ref is not None else None,
+            ancestry=tuple((str(n), str(c)) for n, c in (
+                configurable.get("checkpoint_map") or {}).items() if n != ns and c),
             # LangGraph writes its durability into the config only when it was given;
             # its default is "async"
             durability=configurable.get(_DURABILITY) or "async",

@@ -236,3 +236,40 @@ def test_a_call_running_here_is_never_taken_for_dead_by_a_caller_under_another_k
         assert owner_gone(me, asker, asker)  # only the asker handles its own key
     finally:
         ACTIVE.leave(asker)
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_a_call_in_a_subgraph_runs_once_every_enclosing_step_is_in_postgres(
+        make_saver: Any, namespace: tuple[str, str], durability: str) -> None:
+    """A tool called in a worker subgraph runs only once Postgres holds the checkpoint its
+    own step ran from and the one the parent's step ran from: were the parent's lost, the
+    resume would run the worker again under a new namespace, its call a new call."""
+    saver = make_saver(flush_interval=60.0)
+    seen: list[tuple[int, bool]] = []
+
+    @durable_tool(saver=saver)
+    def charge(order: str) -> str:
+        """Charge an order."""
+        from langgraph.config import get_config
+
+        from tests.support.tool_calls import sql
+
+        configurable = get_config()["configurable"]
+        ids = list(configurable["checkpoint_map"].values())
+        stored = sql(f'SELECT checkpoint_id FROM "{namespace[0]}".lgd_checkpoints '
+                     "WHERE thread_id = %s AND checkpoint_id = ANY(%s)",
+                     configurable["thread_id"], ids)
+        seen.append((len(ids), sorted(i for (i,) in stored) == sorted(ids)))
+        return "charged"
+
+    from tests.support.graphs import model_then_tool_graph
+
+    worker = model_then_tool_graph(None, charge, {"order": "A"},
+                                   lambda: f"call-{uuid.uuid4().hex}")
+    builder = StateGraph(MessagesState)
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "worker")
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke({"messages": [("user", "ship")]}, thread_config(new_thread()),
+                 durability=durability)
+    assert seen == [(2, True)]  # the root's step and the worker's, both stored

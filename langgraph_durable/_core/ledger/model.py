@@ -126,6 +126,9 @@ class CallSpec:
     # task): a recorded call of the same reference whose checkpoint Postgres never held (a
     # run under durability "exit", or checkpoints lost) is this call, run again
     checkpoint_id: str | None = None
+    # (namespace, checkpoint id) of each enclosing graph's running step, for a call in a
+    # subgraph: the decision waits for these too
+    ancestry: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

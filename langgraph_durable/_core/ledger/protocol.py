@@ -179,8 +179,9 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
     if not behind and spec.durability != "async":
         return None
     deadline = seconds(ctx.config.write_deadline)
-    where = {"thread_id": spec.thread_id, "checkpoint_ns": spec.checkpoint_ns,
-             "checkpoint_id": spec.decided_by, "key": spec.key}
+    deciding = dict(spec.ancestry) | {spec.checkpoint_ns: spec.decided_by}
+    where = {"thread_id": spec.thread_id, "namespaces": list(deciding),
+             "checkpoint_ids": list(deciding.values()), "key": spec.key}
     decision = statements(ctx.config.schema).decision
     waited, polls = 0.0, 0
     while True:

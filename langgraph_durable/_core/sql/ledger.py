@@ -216,15 +216,18 @@ WHERE key = (SELECT key FROM lost)
 # %(key)s
 GET_SQL = "SELECT " + _RECORD + " FROM {schema}.lgd_tool_calls WHERE key = %(key)s"
 
-# Whether Postgres holds the checkpoint that decided a call, and the call's record if it
-# has one (all its columns NULL when not), in one round trip (`protocol._decision_durable`).
-# %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(key)s
+# Whether Postgres holds the checkpoint that decided a call and, for a call in a subgraph,
+# the checkpoint each enclosing graph's step ran from (a parent's checkpoint lost would run
+# the subgraph again under a new namespace, its calls as new calls), and the call's record
+# if it has one (all its columns NULL when not), in one round trip
+# (`protocol._decision_durable`). %(thread_id)s %(namespaces)s %(checkpoint_ids)s %(key)s
 DECISION_SQL = (
     """
-SELECT EXISTS (
-    SELECT 1 FROM {schema}.lgd_checkpoints
-    WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s
-      AND checkpoint_id = %(checkpoint_id)s) AS decided, r.*
+SELECT (SELECT count(*) FROM {schema}.lgd_checkpoints c
+        JOIN unnest(%(namespaces)s::text[], %(checkpoint_ids)s::text[]) AS a(ns, id)
+          ON c.checkpoint_ns = a.ns AND c.checkpoint_id = a.id
+        WHERE c.thread_id = %(thread_id)s) = cardinality(%(checkpoint_ids)s::text[])
+       AS decided, r.*
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (SELECT """
     + _RECORD
@@ -382,9 +385,11 @@ WHERE call_ref IS NOT NULL AND retired_at IS NULL AND thread_id """
 RETIRE_THREADS_LEDGER_SQL = RETIRE_LEDGER_ROWS + "= ANY(%(thread_ids)s)\n"
 
 # `ops.copy_thread`: derived keys are recomputed for the target; explicit keys are global
-# and stay with the source. Each copy keeps the key the downstream API saw for the
-# original (``idempotency_key``), so a fork that retries a call cut off in the source
-# presents the key the provider already knows. %(source)s %(target)s
+# and stay with the source. Only the calls whose step's checkpoint was copied go (the
+# copy's re-run can come back to those alone; run after the checkpoints' copy). Each copy
+# keeps the key the downstream API saw for the original (``idempotency_key``), so a fork
+# that retries a call cut off in the source presents the key the provider already knows.
+# %(source)s %(target)s
 COPY_THREAD_LEDGER_SQL = """
 INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, tool_call_id,
     task_id, tool, args_fingerprint, status, attempts, result, error, error_type, retryable,
@@ -400,8 +405,11 @@ SELECT 'lgd-' || left(encode(sha256(convert_to(
        status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
        duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key), step,
        checkpoint_id
-FROM {schema}.lgd_tool_calls
+FROM {schema}.lgd_tool_calls t
 WHERE thread_id = %(source)s AND call_ref IS NOT NULL AND retired_at IS NULL
+  AND (checkpoint_id IS NULL OR EXISTS (
+      SELECT 1 FROM {schema}.lgd_checkpoints c WHERE c.thread_id = %(target)s
+        AND c.checkpoint_ns = t.checkpoint_ns AND c.checkpoint_id = t.checkpoint_id))
 ON CONFLICT (key) DO NOTHING
 """
 
