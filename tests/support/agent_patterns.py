@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Protocol, TypedDict
 
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -56,6 +56,26 @@ _KEYS: dict[str, list[str]] = defaultdict(list)
 _LOCK = threading.Lock()
 
 
+class Outside(Protocol):
+    """A store of effects outside this process (a provider's own table), for runs that span
+    processes (`tests/support/killed_patterns_worker.py`)."""
+
+    def record(self, thread_id: str, effect: str, key: str | None) -> None:
+        """Store one effect (under its idempotency key, if any)."""
+
+    def happened(self, key: str) -> bool:
+        """Whether an effect happened under ``key``."""
+
+
+_OUTSIDE: list[Outside] = []
+
+
+def count_outside(store: Outside | None) -> None:
+    """From now on, also store every effect in ``store`` and answer `happened` from it
+    (``None``: count in this process only)."""
+    _OUTSIDE[:] = [] if store is None else [store]
+
+
 def record(effect: str) -> None:
     """Count one ``effect`` on the thread of the running graph, and the idempotency key it
     happened under when it happened in a durable call (a provider that dedupes by key
@@ -69,11 +89,15 @@ def record(effect: str) -> None:
         _EFFECTS[(thread, effect)] += 1
         if key is not None:
             _KEYS[thread].append(key)
+    for store in list(_OUTSIDE):
+        store.record(thread, effect, key)
 
 
 def happened(key: str, args: Any) -> bool:
     """A ``verify=`` that asks the outside world whether an effect happened under ``key``
     (``False``: it did not, run it again)."""
+    for store in list(_OUTSIDE):
+        return store.happened(key)
     with _LOCK:
         return any(key in keys for keys in _KEYS.values())
 
@@ -166,14 +190,20 @@ def agent(saver: Any, durable: bool, *, middleware: bool = False, flavour: str =
 # ------------------------------------------------------------------------------ patterns
 
 
+def sub_agent_graph(saver: Any, durable: bool, **options: Any) -> Any:
+    """A parent graph whose one node ``shop`` is a ``create_agent`` shop agent (a subgraph
+    on the parent's saver; durable tools with ``options``)."""
+    parent = StateGraph(MessagesState)
+    parent.add_node("shop", agent(None, durable, **options))
+    parent.add_edge(START, "shop")
+    parent.add_edge("shop", END)
+    return parent.compile(checkpointer=saver)
+
+
 def sub_agent_two_turns(saver: Any, durable: bool) -> Run:
     """A ``create_agent`` agent as the node of a parent graph, asked in two turns to add
     an apple."""
-    parent = StateGraph(MessagesState)
-    parent.add_node("shop", agent(None, durable))
-    parent.add_edge(START, "shop")
-    parent.add_edge("shop", END)
-    graph = parent.compile(checkpointer=saver)
+    graph = sub_agent_graph(saver, durable)
 
     def run(thread_id: str) -> None:
         for _ in range(2):
@@ -197,10 +227,10 @@ class Order(TypedDict):
     lines: list[str]
 
 
-def order_lines_loop(saver: Any, durable: bool) -> Run:
-    """A node that calls the tool once per order line (``tool.invoke`` in the node, no
-    tool-call id), with two equal lines."""
-    tool = add_to_cart(durable)
+def order_lines_graph(saver: Any, durable: bool, **options: Any) -> Any:
+    """A graph whose node ``checkout`` calls the tool (durable with ``options``) once per
+    order line, ``tool.invoke`` in the node (no tool-call id)."""
+    tool = add_to_cart(durable, **options)
 
     def checkout(state: Order) -> dict[str, Any]:
         for line in state["lines"]:
@@ -211,7 +241,13 @@ def order_lines_loop(saver: Any, durable: bool) -> Run:
     builder.add_node("checkout", checkout)
     builder.add_edge(START, "checkout")
     builder.add_edge("checkout", END)
-    graph = builder.compile(checkpointer=saver)
+    return builder.compile(checkpointer=saver)
+
+
+def order_lines_loop(saver: Any, durable: bool) -> Run:
+    """A node that calls the tool once per order line (``tool.invoke`` in the node, no
+    tool-call id), with two equal lines."""
+    graph = order_lines_graph(saver, durable)
     return lambda thread_id: graph.invoke({"lines": ["apple", "apple"]}, config(thread_id))
 
 
@@ -220,8 +256,10 @@ class Basket(TypedDict):
     added: Annotated[list[str], operator.add]
 
 
-def _fan_out(saver: Any, durable: bool, flavour: str) -> Any:
-    tool = add_to_cart(durable, flavour)
+def fan_out_graph(saver: Any, durable: bool, flavour: str = "sync", **options: Any) -> Any:
+    """A graph that sends each of its ``items`` to a task of node ``add`` (``Send``), which
+    adds it with the tool (``flavour``; durable with ``options``)."""
+    tool = add_to_cart(durable, flavour, **options)
 
     def route(state: Basket) -> list[Send]:
         return [Send("add", {"items": [item], "added": []}) for item in state["items"]]
@@ -241,13 +279,13 @@ def _fan_out(saver: Any, durable: bool, flavour: str) -> Any:
 
 def send_fan_out(saver: Any, durable: bool) -> Run:
     """A ``Send`` fan-out: two parallel tasks of one step, each adding an apple."""
-    graph = _fan_out(saver, durable, "sync")
+    graph = fan_out_graph(saver, durable, "sync")
     return lambda thread_id: graph.invoke({"items": ["apple", "apple"]}, config(thread_id))
 
 
 def asend_fan_out(saver: Any, durable: bool) -> ARun:
     """`send_fan_out` with an async node and tool, under ``ainvoke``."""
-    graph = _fan_out(saver, durable, "async")
+    graph = fan_out_graph(saver, durable, "async")
 
     async def run(thread_id: str) -> None:
         await graph.ainvoke({"items": ["apple", "apple"]}, config(thread_id))

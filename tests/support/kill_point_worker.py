@@ -32,21 +32,26 @@ FIRST, SECOND = "first", "second"
 
 
 class KillPoint:
-    """Where to die: around the writes of the task that runs on the checkpoint of ``step``."""
+    """Where to die: around the writes of the task that runs on the checkpoint of ``step``
+    (of the root graph; with ``subgraph``, of a subgraph's namespace)."""
 
-    def __init__(self, step: int, when: str) -> None:
-        self.step, self.when = step, when
+    def __init__(self, step: int, when: str, subgraph: bool = False) -> None:
+        self.step, self.when, self.subgraph = step, when, subgraph
         self.armed = False
         self.steps: dict[str, int] = {}  # checkpoint id -> step, once its put returned
         self.changed = threading.Condition()
 
-    def before_put(self, metadata: Any) -> None:
-        if self.armed and metadata.get("step", -1) > self.step:
+    def _counts(self, namespace: str) -> bool:
+        return bool(namespace) == self.subgraph
+
+    def before_put(self, metadata: Any, namespace: str = "") -> None:
+        if self.armed and self._counts(namespace) and metadata.get("step", -1) > self.step:
             threading.Event().wait()  # held back until the kill
 
-    def acknowledged_put(self, checkpoint_id: str, metadata: Any) -> None:
+    def acknowledged_put(self, checkpoint_id: str, metadata: Any, namespace: str = "") -> None:
         with self.changed:
-            self.steps[checkpoint_id] = metadata.get("step", -1)
+            self.steps[checkpoint_id] = metadata.get("step", -1) if self._counts(namespace) \
+                else -2  # a step of another namespace: never the kill point
             self.changed.notify_all()
 
     def around_writes(self, checkpoint_id: str, when: str) -> None:
@@ -72,9 +77,9 @@ def open_saver(kind: str, schema: str, prefix: str,
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         conn = psycopg.connect(postgres_saver_url(schema), autocommit=True,
                                prepare_threshold=0)
-        saver = _killing(PostgresSaver, point)(conn) if point else PostgresSaver(conn)  # type: ignore[arg-type]
+        saver = killing(PostgresSaver, point)(conn) if point else PostgresSaver(conn)  # type: ignore[arg-type]
     else:
-        cls = _killing(DurableSaver, point) if point else DurableSaver
+        cls = killing(DurableSaver, point) if point else DurableSaver
         # A killed worker's flusher may hold journal entries: reclaim them after 1 s.
         saver = cls(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
                     write_mode=kind, reclaim_after=1.0)
@@ -90,12 +95,14 @@ def close_saver(saver: BaseCheckpointSaver[Any]) -> None:
         saver.conn.close()  # type: ignore[attr-defined]
 
 
-def _killing(base: type[Any], point: KillPoint) -> type[Any]:
+def killing(base: type[Any], point: KillPoint) -> type[Any]:
+    """A subclass of the saver class ``base`` that kills its process at ``point``."""
     class Killing(base):  # type: ignore[valid-type, misc]
         def put(self, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
-            point.before_put(metadata)
+            namespace = config["configurable"].get("checkpoint_ns", "")
+            point.before_put(metadata, namespace)
             stored = super().put(config, checkpoint, metadata, versions)
-            point.acknowledged_put(checkpoint["id"], metadata)
+            point.acknowledged_put(checkpoint["id"], metadata, namespace)
             return stored
 
         def put_writes(self, config: Any, *args: Any, **kwargs: Any) -> None:
