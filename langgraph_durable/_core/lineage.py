@@ -3,30 +3,37 @@
 A LangGraph run reads its thread once (`get_tuple`) and then writes a line of checkpoints,
 each the child of the one before (`put`). Whether such a put must extend its namespace's
 head (a compare-and-set: it commits only while its parent is still the head) or may fork
-(the caller asked for a past checkpoint) depends on how the run read its thread:
+(the caller asked for a past checkpoint) depends on how its caller read the thread:
 
-- a read of the *latest* checkpoint: the run extends the head. Two runs that read the same
-  head cannot both commit on it: the second gets `ThreadConflictError`.
+- a read of the *latest* checkpoint: the put extends the head. Two runs that read the same
+  head cannot both commit on it: the second gets `ThreadConflictError`. A read that found
+  the namespace empty makes a root put "this namespace has no head yet": of two first runs
+  of a new thread, the second to commit gets the conflict.
 - a read *by id* (time travel, ``update_state`` or ``invoke`` with a ``checkpoint_id``): the
   caller asked for that checkpoint, so the first put from it forks and is never refused
-  (a live run writing from the same parent gets the conflict at its next write instead),
-  even when the checkpoint was the head and the same caller then reads the latest
-  (``update_state`` reads both ways before it writes).
-- every later put of the run extends the checkpoint the run itself wrote last.
+  (a live run writing from the same parent gets the conflict at its next write instead).
+  LangGraph then checks whether the addressed checkpoint was superseded, with a read of
+  the latest whose config names ``checkpoint_id`` without a value; that read keeps the
+  fork. Any other read of the latest decides again: it extends.
+- every later put of the caller extends the checkpoint the caller itself wrote last.
 
-`Lineage` remembers those facts in this process, keyed by the run and the checkpoint. A
-run is told by the runtime object LangGraph places in the config of every read and write
-of one run (held while its marks count: a freed object's id goes to the next one made);
-calls made outside a run (the saver's own API, ``update_state``) share one key.
-A put whose parent this process never read (a direct call) is taken as the caller's choice
-and not compared, as every other saver does. The memory is bounded: a mark pushed out by
-``size`` newer ones is forgotten, which only makes that run's next put uncompared.
+Who "the caller" is: a LangGraph run is told by the runtime object LangGraph places in the
+config of every read and write of one run; a call outside a run (the saver's own API,
+``update_state``) by the asyncio task or the thread it runs in. `Lineage` keeps each
+caller's marks for as long as the caller lives: a run's until LangGraph lets go of its
+runtime object, a task's or thread's until it ends, however many other runs this process
+serves meanwhile. A caller's own marks are bounded (``size``, its most recent reads and
+writes): a mark pushed out by the caller's own newer ones only makes a put from it
+uncompared. A put whose parent its caller never read (a direct call) is taken as the
+caller's choice and not compared, as every other saver does.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import sys
 import threading
+import weakref
 from collections import OrderedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -35,69 +42,130 @@ from langchain_core.runnables import RunnableConfig
 # the same object in every read and write of one run (including a subgraph's own loop).
 RUN_KEY = "__pregel_runtime"
 
-_Mark = tuple[int, str, str, str]  # (run, thread, namespace, checkpoint id)
+# The mark of a namespace read empty (its root put is "no head yet").
+_EMPTY = ""
 
+class Marks:
+    """One caller's marks: which checkpoints its puts extend (compared) or fork from."""
 
-
-
-class Lineage:
-    """Which checkpoints each run of this process extends (compared puts) or forks from."""
-
-    def __init__(self, size: int = 50_000, runs: int = 256) -> None:
+    def __init__(self, size: int) -> None:
         self.size = size
-        self.runs = runs
         self._lock = threading.Lock()
-        self._marks: OrderedDict[_Mark, bool] = OrderedDict()
-        # id(runtime) -> (runtime, its run token): the runtime is held, so no other object
-        # takes its id while its marks count (an object's id is reused once it is freed)
-        self._runtimes: OrderedDict[int, tuple[object, int]] = OrderedDict()
-        self._tokens = itertools.count(1)
+        self._marks: OrderedDict[tuple[str, str, str], bool] = OrderedDict()
 
-    def run_of(self, config: RunnableConfig | None) -> int:
-        """The token of the LangGraph run making a call (0 outside a run): one per runtime
-        object. A run pushed out by ``runs`` newer ones gets a new token if it comes back,
-        which only makes its next put uncompared."""
-        runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
-        if runtime is None:
-            return 0
+    def read(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, *, latest: bool,
+        check: bool = False,
+    ) -> None:
+        """The caller read ``checkpoint_id`` (``None``: the namespace is empty) as the latest
+        (it will extend it) or by its id (it will fork from it). ``check``: a read of the
+        latest made to check an addressed checkpoint (its config names ``checkpoint_id``
+        without a value), which keeps a fork the caller asked for."""
+        if checkpoint_id is None and not latest:
+            return
+        key = (thread_id, ns, _EMPTY if checkpoint_id is None else checkpoint_id)
         with self._lock:
-            entry = self._runtimes.get(id(runtime))
-            if entry is None or entry[0] is not runtime:
-                entry = (runtime, next(self._tokens))
-                self._runtimes[id(runtime)] = entry
-            self._runtimes.move_to_end(id(runtime))
-            while len(self._runtimes) > self.runs:
-                self._runtimes.popitem(last=False)
-            return entry[1]
-
-    def read(self, run: int, thread_id: str, ns: str, checkpoint_id: str, *, latest: bool) -> None:
-        """A run read ``checkpoint_id``: as the latest (it will extend it, unless the run
-        addressed it by id before) or by its id (it will fork from it)."""
-        with self._lock:
-            key = (run, thread_id, ns, checkpoint_id)
-            if latest and key in self._marks:
+            if checkpoint_id is not None:  # the namespace is not empty (any more)
+                self._marks.pop((thread_id, ns, _EMPTY), None)
+            if latest and check and key in self._marks:
                 self._marks.move_to_end(key)
                 return
             self._set(key, latest)
 
-    def wrote(self, run: int, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """A run wrote ``checkpoint_id``: its next put extends it."""
+    def wrote(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """The caller wrote ``checkpoint_id``: its next put extends it (and the namespace is
+        no longer one it found empty)."""
         with self._lock:
-            self._set((run, thread_id, ns, checkpoint_id), True)
+            self._marks.pop((thread_id, ns, _EMPTY), None)
+            self._set((thread_id, ns, checkpoint_id), True)
 
-    def extends(self, run: int, thread_id: str, ns: str, parent_id: str | None) -> bool:
-        """Whether a put from ``parent_id`` must find it still the head."""
-        if parent_id is None:
-            return False
+    def extends(self, thread_id: str, ns: str, parent_id: str | None) -> bool:
+        """Whether a put from ``parent_id`` (``None``: a root) must find it still the head
+        (for a root: no head yet)."""
+        key = (thread_id, ns, _EMPTY if parent_id is None else parent_id)
         with self._lock:
-            return self._marks.get((run, thread_id, ns, parent_id), False)
+            return self._marks.get(key, False)
 
-    def _set(self, key: _Mark, extends: bool) -> None:
+    def _set(self, key: tuple[str, str, str], extends: bool) -> None:
         self._marks[key] = extends
         self._marks.move_to_end(key)
         while len(self._marks) > self.size:
             self._marks.popitem(last=False)
 
     def forked(self) -> None:
-        """In a child after ``fork()``: a new lock (another thread may have held it)."""
         self._lock = threading.Lock()
+
+
+class Lineage:
+    """Each caller's `Marks`, kept while the caller lives."""
+
+    def __init__(self, size: int = 4_096, sweep_at: int = 256) -> None:
+        self.size = size  # marks per caller
+        self.sweep_at = sweep_at  # callers held before the ended ones are looked for
+        self._lock = threading.Lock()
+        self._callers: dict[int, tuple[object, Marks]] = {}  # id(caller) -> (holder, marks)
+        self._next_sweep = sweep_at
+
+    def caller(self, config: RunnableConfig | None) -> Marks:
+        """The marks of the caller making a call: the LangGraph run whose runtime object
+        rides in ``config``, else the current asyncio task, else the current thread."""
+        runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
+        if runtime is not None:
+            return self._marks(runtime, runtime)
+        try:
+            task: object | None = asyncio.current_task()
+        except RuntimeError:  # no running loop in this thread
+            task = None
+        owner = task if task is not None else threading.current_thread()
+        return self._marks(owner, weakref.ref(owner))
+
+    def _marks(self, owner: object, holder: object) -> Marks:
+        """``owner``'s marks; ``holder`` keeps its id from going to another object while
+        its marks count (the runtime itself, or a weak reference to a task or thread)."""
+        with self._lock:
+            entry = self._callers.get(id(owner))
+            if entry is not None and _held(entry) is owner:
+                return entry[1]
+            marks = Marks(self.size)
+            self._callers[id(owner)] = (holder, marks)
+            if len(self._callers) >= self._next_sweep:
+                self._sweep()
+            return marks
+
+    def _sweep(self) -> None:
+        """Forget the callers that ended: runs whose runtime object only the lineage still
+        holds, tasks and threads that were freed. Live callers stay, however many: the
+        next sweep comes once as many again were added."""
+        for key, entry in list(self._callers.items()):
+            if _held(entry) is None:
+                del self._callers[key]
+        self._next_sweep = max(self.sweep_at, 2 * len(self._callers))
+
+    def callers(self) -> int:
+        """How many callers' marks are held (the ended ones go at the next sweep)."""
+        return len(self._callers)
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: new locks (another thread may have held them)."""
+        self._lock = threading.Lock()
+        for _, marks in list(self._callers.values()):
+            marks.forked()
+
+
+def _held(entry: tuple[object, Marks]) -> object | None:
+    """The caller an entry holds, ``None`` once it ended: a weak reference's referent (a
+    task, a thread), or a runtime object someone besides the lineage still refers to."""
+    if isinstance(entry[0], weakref.ref):
+        return entry[0]()
+    # no local name for the runtime here: it would be one more reference
+    return entry[0] if sys.getrefcount(entry[0]) > _OWN_REFS else None
+
+
+def _own_refs() -> int:
+    """What `sys.getrefcount` counts for a runtime object only an entry holds (the entry's
+    slot and the call's argument), measured the way `_held` counts."""
+    entry = (object(), Marks(1))
+    return sys.getrefcount(entry[0])
+
+
+_OWN_REFS = _own_refs()

@@ -202,15 +202,15 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     Postgres is never older than what was acknowledged.
     """
     where = locate(config)
+    marks = ctx.lineage.caller(config)
     tup = yield from _read(ctx, where)
-    if tup is None:
-        return None
-    ctx.lineage.read(
-        ctx.lineage.run_of(config),
+    marks.read(
         where.thread_id,
         where.checkpoint_ns,
-        tup.config["configurable"]["checkpoint_id"],
+        None if tup is None else tup.config["configurable"]["checkpoint_id"],
         latest=where.checkpoint_id is None,
+        # LangGraph's check whether a checkpoint it addressed was superseded
+        check="checkpoint_id" in (config.get("configurable") or {}),
     )
     return tup
 

@@ -80,9 +80,9 @@ def put(
     stored = encode_checkpoint(
         ctx.codec, config, checkpoint, metadata, new_versions, ctx.config.max_checkpoint_bytes
     )
-    where, run = stored.where, ctx.lineage.run_of(config)
+    where, marks = stored.where, ctx.lineage.caller(config)
     yield from stored_types.record(ctx, stored.types, where)
-    cas = ctx.lineage.extends(run, where.thread_id, where.checkpoint_ns, stored.parent_id)
+    cas = marks.extends(where.thread_id, where.checkpoint_ns, stored.parent_id)
     keys = ctx.layout.thread(stored.where.thread_id)
     token_v = ctx.tokens.new()
     rows = yield from _write(
@@ -97,7 +97,7 @@ def put(
     )
     if rows == []:
         yield from _conflict(ctx, stored.where, stored.parent_id, None, stored.checkpoint_id)
-    ctx.lineage.wrote(run, where.thread_id, where.checkpoint_ns, stored.checkpoint_id)
+    marks.wrote(where.thread_id, where.checkpoint_ns, stored.checkpoint_id)
     _hold_written(ctx, stored, token_v)
     return where.config(stored.checkpoint_id)
 
@@ -208,11 +208,11 @@ def _conflict(
             expected=expected,
             deleted=True,
         )
-    head = head or found.get("head")
-    run_id = found.get("run_id")
+    head, run_id = head or found.get("head"), found.get("run_id")
+    read = "found it empty" if expected is None else f"read checkpoint {expected!r}"
     raise ThreadConflictError(
         f"thread {where.thread_id!r} (namespace {where.checkpoint_ns!r}) moved on while this "
-        f"run worked: it read checkpoint {expected!r}, and the head is now {head!r}"
+        f"run worked: it {read}, and the head is now {head!r}"
         + (f", written by run {run_id!r}" if run_id else "")
         + ". Two runs were writing one thread at once; re-read the thread (or pass an "
         "explicit checkpoint_id to fork it) and run again",

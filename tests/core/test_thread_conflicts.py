@@ -3,6 +3,7 @@ is still the namespace's head, and otherwise raises `ThreadConflictError`."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ PARENT = "1f0-parent"
 def _put_on_head(ctx: Context) -> tuple[str, Any]:
     """A put from a checkpoint this process read as the latest of its namespace (the
     lineage says so): its checkpoint id and the operation."""
-    ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
+    ctx.lineage.caller(None).read(THREAD, "", PARENT, latest=True)
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = {"x": 2}
     checkpoint["channel_versions"] = {"x": "2"}
@@ -146,7 +147,7 @@ def test_write_behind_put_on_the_head_is_one_journaled_script(
     assert (bound, byte_bound) == (ctx.config.max_unflushed, ctx.config.max_unflushed_bytes)
     assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
                                       "checkpoint_id": checkpoint_id}, "nothing invented"
-    assert ctx.lineage.extends(0, THREAD, "", checkpoint_id), "the next put extends it"
+    assert ctx.lineage.caller(None).extends(THREAD, "", checkpoint_id), "the next put extends it"
 
 
 def _put_from(ctx: Context, parent: str, run: object | None = None) -> Any:
@@ -175,12 +176,24 @@ def _cas_of(ctx: Context, op: Any) -> bool:
 
 def test_a_put_from_a_checkpoint_read_by_id_forks_even_from_the_head(ctx: Context) -> None:
     """An explicit checkpoint id is a fork the caller asked for: the put is not compared,
-    even when the same caller had read that checkpoint as the latest before, or reads it as
-    the latest after (``update_state`` reads by id, then the latest, then writes)."""
-    ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
-    ctx.lineage.read(0, THREAD, "", PARENT, latest=False)
-    ctx.lineage.read(0, THREAD, "", PARENT, latest=True)
+    even when the same caller had read that checkpoint as the latest before, or checks it
+    against the latest after (``update_state`` reads by id, then the latest with a config
+    naming ``checkpoint_id`` without a value, then writes)."""
+    marks = ctx.lineage.caller(None)
+    marks.read(THREAD, "", PARENT, latest=True)
+    marks.read(THREAD, "", PARENT, latest=False, check=True)  # its config names the id
+    marks.read(THREAD, "", PARENT, latest=True, check=True)
     assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
+
+
+def test_a_later_read_of_the_latest_extends_a_checkpoint_once_read_by_id(
+        ctx: Context) -> None:
+    """A read by id in an earlier call (a UI showing the head) does not make a later
+    ``update_state`` without an id a fork: its own read of the latest decides."""
+    marks = ctx.lineage.caller(None)
+    marks.read(THREAD, "", PARENT, latest=False)
+    marks.read(THREAD, "", PARENT, latest=True)
+    assert _cas_of(ctx, _put_from(ctx, PARENT)) is True
 
 
 def test_runs_are_told_apart_by_the_runtime_langgraph_passes(ctx: Context) -> None:
@@ -188,23 +201,35 @@ def test_runs_are_told_apart_by_the_runtime_langgraph_passes(ctx: Context) -> No
     another run) addresses the same checkpoint by id in the same process; its later puts
     extend its own checkpoints."""
     run = object()
-    token = ctx.lineage.run_of({"configurable": {"thread_id": THREAD, RUN_KEY: run}})
-    ctx.lineage.read(token, THREAD, "", PARENT, latest=True)
-    ctx.lineage.read(0, THREAD, "", PARENT, latest=False)  # update_state(PARENT config)
+    marks = ctx.lineage.caller({"configurable": {"thread_id": THREAD, RUN_KEY: run}})
+    marks.read(THREAD, "", PARENT, latest=True)
+    ctx.lineage.caller(None).read(THREAD, "", PARENT, latest=False)  # update_state(by id)
     assert _cas_of(ctx, _put_from(ctx, PARENT, run)) is True
     assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
-    ctx.lineage.wrote(token, THREAD, "", "1f0-child")
+    marks.wrote(THREAD, "", "1f0-child")
     assert _cas_of(ctx, _put_from(ctx, "1f0-child", run)) is True
+
+
+def test_calls_outside_a_run_are_told_apart_by_their_thread(ctx: Context) -> None:
+    """Two threads calling the saver outside any run keep their own marks: one's read of
+    the latest does not turn the other's fork (a read by id) into a compared put."""
+    forking = ctx.lineage.caller(None)
+    forking.read(THREAD, "", PARENT, latest=False)
+    other = threading.Thread(
+        target=lambda: ctx.lineage.caller(None).read(THREAD, "", PARENT, latest=True))
+    other.start()
+    other.join()
+    assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
 
 
 def test_a_put_from_a_checkpoint_this_process_never_read_is_not_compared(
         ctx: Context) -> None:
     """A direct put (no read before it) is the caller's choice, as with every other saver;
-    the lineage forgets the oldest marks past its size, which only drops a compare."""
+    a caller's marks past its size are forgotten, oldest first, which only drops a compare."""
     assert _cas_of(ctx, _put_from(ctx, PARENT)) is False
-    ctx.lineage.size = 2
-    ctx.lineage.read(0, THREAD, "", "a", latest=True)
-    ctx.lineage.read(0, THREAD, "", "b", latest=True)
-    ctx.lineage.read(0, THREAD, "", "c", latest=True)
-    assert not ctx.lineage.extends(0, THREAD, "", "a")
-    assert ctx.lineage.extends(0, THREAD, "", "c")
+    marks = ctx.lineage.caller(None)
+    marks.size = 2
+    for checkpoint_id in ("a", "b", "c"):
+        marks.read(THREAD, "", checkpoint_id, latest=True)
+    assert not marks.extends(THREAD, "", "a")
+    assert marks.extends(THREAD, "", "c")

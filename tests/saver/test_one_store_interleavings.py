@@ -8,13 +8,14 @@ in for separate processes."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 import pytest
 import redis
 
-from langgraph_durable import DurableSaver, TierUnavailableError
+from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailableError
 from langgraph_durable._core import journal, ops
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot
@@ -190,9 +191,10 @@ def test_a_flush_whose_acknowledgement_was_lost_is_acknowledged_before_the_next(
 def test_a_root_written_behind_never_hides_a_newer_head_redis_forgot(make_saver: Any) -> None:
     """A run found a thread empty and made its first checkpoint; before it is stored,
     another run writes v1 and v2 on the thread, they are flushed, and Redis forgets the
-    thread. The late root must not start an index of its own in Redis (which would serve
-    it, older than v2, as the thread's latest): it goes through Postgres, and every process
-    reads v2."""
+    thread. The late root is refused (it was fenced as "no head yet"), and the same root
+    put by a caller that never read the thread (not compared) must not start an index of
+    its own in Redis (which would serve it, older than v2, as the thread's latest): it goes
+    through Postgres. Every process reads v2."""
     late, other = make_saver(write_mode="behind"), make_saver(write_mode="behind")
     thread = f"t-{uuid.uuid4()}"
     root, versions = value_checkpoint(late, "late root")  # its id is older than v1's and v2's
@@ -201,7 +203,13 @@ def test_a_root_written_behind_never_hides_a_newer_head_redis_forgot(make_saver:
     put_line(other, thread, ["v1", "v2"])
     other.flush()
     forget_hot(other, thread)
-    late.put(config_of(thread), root, {"source": "input", "step": -1}, versions)
+    with pytest.raises(ThreadConflictError):
+        late.put(config_of(thread), root, {"source": "input", "step": -1}, versions)
+    direct = threading.Thread(target=lambda: late.put(
+        config_of(thread), root, {"source": "input", "step": -1}, versions))
+    direct.start()
+    direct.join(30)
     late.flush()
+    assert late.get_tuple(config_of(thread, root["id"])) is not None, "the direct root"
     for process in (late, other, make_saver(write_mode="behind")):
         assert value_of(process, config_of(thread)) == "v2"

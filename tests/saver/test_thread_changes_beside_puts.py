@@ -91,13 +91,16 @@ def test_a_put_that_starts_a_namespace_during_a_change_stays_the_head(
     run, operator, other = (make_saver(write_mode="through") for _ in range(3))
     thread = f"rebuild-race-{uuid.uuid4()}"
     first = put_value(run, thread, "one")
+    runtime = object()  # the run that read "one" as the head, and extends it
+    assert run.get_tuple({"configurable": {"thread_id": thread, RUN_KEY: runtime}})
     operator.delete_thread(thread)
     outcome: dict[str, BaseException | None] = {}
 
     def refused_put() -> None:
         child = empty_checkpoint()
+        config = {"configurable": {**first["configurable"], RUN_KEY: runtime}}  # type: ignore[dict-item]
         try:
-            run.put(first, child, {"source": "loop", "step": 1}, {})
+            run.put(config, child, {"source": "loop", "step": 1}, {})  # type: ignore[arg-type]
             outcome["error"] = None
         except BaseException as exc:  # the test reads it
             outcome["error"] = exc

@@ -16,11 +16,12 @@
 -- one, so a warm built from a Postgres read before this commit is refused.
 -- Write-behind (the write itself): when head is "1" the checkpoint must extend the
 -- namespace's head: its parent (or itself, a retry) must be the latest id of the index.
--- Replies {CONFLICT, head} if it is not, and {COLD} when the index is not hot (a root
--- too, unless a read found the namespace empty since Redis last heard of it: an index it
--- started could hide a newer head Postgres holds) or a write-through write or a sweep of
--- the thread is in flight (the caller then writes through Postgres, which knows the head;
--- its intent tells it whether to drain the journal first).
+-- A root with head "1" must find the namespace without a head. Replies {CONFLICT, head}
+-- if it is not, and {COLD} when the index is not hot (a root too, unless a read found the
+-- namespace empty since Redis last heard of it: an index it started could hide a newer
+-- head Postgres holds) or a write-through write or a sweep of the thread is in flight
+-- (the caller then writes through Postgres, which knows the head; its intent tells it
+-- whether to drain the journal first).
 -- The namespace's checkpoint key prefix is the checkpoint's key without its id.
 --
 -- KEYS[1] intents         the thread's write intents
@@ -87,8 +88,10 @@ local function write()
     if not listed then
       -- a namespace Redis does not hold goes through Postgres, which knows its head (an
       -- index started here could hide a newer one), unless this is a root of a namespace a
-      -- read found empty since Redis last heard of it (see KNOWN_EMPTY)
-      if ARGV[12] ~= '0' or redis.call('HEXISTS', KEYS[7], '~' .. ARGV[13]) == 0
+      -- read found empty since Redis last heard of it (see KNOWN_EMPTY): a root that must
+      -- find no head yet finds none (a second such root finds the index this one starts)
+      if (ARGV[12] ~= '0' and ARGV[6] ~= '')
+         or redis.call('HEXISTS', KEYS[7], '~' .. ARGV[13]) == 0
          or held(KEYS[7], ARGV[13]) > 0 then
         return {COLD}
       end
