@@ -32,6 +32,7 @@ from langgraph_durable.errors import (
 
 # Answers a request that is not `Hot`, `Cold` or `Pause` (a tool effect); its return value
 # (awaited by the asyncio driver) is sent back into the operation, its error thrown in.
+logger = logging.getLogger("langgraph_durable")
 Effects = Callable[[Any], Any]
 AsyncEffects = Callable[[Any], Awaitable[Any]]
 # Told whether Redis is a cluster; returns the key layout in force and whether it changed.
@@ -215,6 +216,34 @@ def hot_unavailable(exc: Exception) -> TierUnavailableError | None:
         error = TierUnavailableError(f"Redis (hot tier) is unavailable: {exc}", tier="hot")
     error.__cause__ = exc
     return error
+
+
+def wrong_type(exc: BaseException) -> bool:
+    """Whether a script failed because a key of the prefix holds another type than the
+    scripts keep there (another client wrote it): the thread's copy is damaged, Redis is
+    fine (see `repair.lua`)."""
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("WRONGTYPE")
+
+
+def polluted(exc: Exception) -> TierUnavailableError:
+    """The public error of a script that failed on a key of another type again after its
+    keys were repaired (another client keeps writing into the prefix)."""
+    error = TierUnavailableError(
+        f"Redis (hot tier) holds keys of another type in the saver's prefix, written again "
+        f"after they were deleted ({exc}): does another application use this key_prefix?",
+        tier="hot")
+    error.__cause__ = exc
+    return error
+
+
+def said_repaired(script: str, deleted: list[tuple[str, str, str]]) -> None:
+    """Say, once per key, that a key of another type was deleted from the prefix."""
+    for key, found, expected in deleted:
+        logger.warning(
+            "Redis key %s held a %s where the saver keeps a %s (another client wrote it; "
+            "the %s script failed on it): deleted as if evicted, so its thread is read from "
+            "Postgres until Redis holds its copy again; check that no other application "
+            "writes under this key_prefix", key, found, expected, script)
 
 
 def cold_unavailable(exc: Exception) -> TierUnavailableError:
