@@ -6,6 +6,7 @@ from langgraph_durable.config import Retention, SaverConfig
 from langgraph_durable.errors import (
     ConfigurationError,
     CorruptStateError,
+    DegradedWarning,
     DurableError,
     FlushTimeoutError,
     IdempotencyConflictError,
@@ -26,6 +27,7 @@ from langgraph_durable.tools import DurableTool, current_idempotency_key, durabl
 __all__ = [
     "ConfigurationError",
     "CorruptStateError",
+    "DegradedWarning",
     "DurableError",
     "DurableSaver",
     "DurableTool",
