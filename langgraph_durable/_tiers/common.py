@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any, Protocol
 
 import hiredis
@@ -14,6 +14,8 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 import redis
+import redis.asyncio
+import redis.asyncio.retry
 import redis.exceptions
 from psycopg.rows import dict_row
 from redis.backoff import ExponentialBackoff
@@ -147,14 +149,22 @@ REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (
 COLD_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
 
-def redis_options(config: SaverConfig) -> dict[str, Any]:
-    """Options for a redis-py client: bounded pool that waits, retries with backoff."""
+def redis_retry(lib: ModuleType, backoff: ExponentialBackoff, retries: int) -> Any:
+    """A retry policy of ``lib`` (``redis`` or ``redis.asyncio``): an asyncio client given
+    a blocking one converts it, and redis-py warns of that on every start."""
+    kind = redis.asyncio.retry.Retry if lib is redis.asyncio else Retry
+    return kind(backoff, retries=retries)
+
+
+def redis_options(config: SaverConfig, lib: ModuleType = redis) -> dict[str, Any]:
+    """Options for a redis-py client of ``lib``: bounded pool that waits, retries with
+    backoff."""
     return {
         "max_connections": config.redis_max_connections,
         "timeout": seconds(config.pool_timeout),
         "socket_connect_timeout": 1.0,
         "socket_timeout": 5.0,
-        "retry": Retry(ExponentialBackoff(cap=0.25, base=0.01), retries=2),
+        "retry": redis_retry(lib, ExponentialBackoff(cap=0.25, base=0.01), retries=2),
         "retry_on_error": list(LOST_CONNECTION),
         "health_check_interval": 30,
         **DRIVER,
