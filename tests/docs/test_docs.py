@@ -144,3 +144,11 @@ def test_durable_middleware_comes_from_the_package_and_the_base_install_still_im
                          timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "pip install 'langgraph-durable[agents]'" in out.stdout
+
+
+def test_what_try_it_leaves_behind_is_ignored() -> None:
+    """``langgraph dev`` in the server example ("Try it") leaves its ``.langgraph_api/``
+    state there: git ignores it, so it is never committed by accident."""
+    left = "examples/langgraph-server/.langgraph_api/store.pckl"
+    out = subprocess.run(["git", "check-ignore", "-q", left], cwd=ROOT, timeout=30)
+    assert out.returncode == 0, f"{left} is not ignored"
