@@ -290,6 +290,13 @@ logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 _PERMANENT = ("does not exist", "authentication failed", "no pg_hba.conf entry")
 
 
+def refused_for_good(exc: psycopg.Error) -> bool:
+    """Whether Postgres refused a connection for a reason waiting will not fix (no such
+    database or role, credentials refused): a misconfiguration, not an outage. Every
+    address tried counts (``localhost`` tries ``::1`` and then ``127.0.0.1``)."""
+    return any(marker in str(exc) for marker in _PERMANENT)
+
+
 def probe_cold(config: SaverConfig) -> None:
     """Connect once, directly, so a Postgres that cannot be reached fails in seconds with
     its reason rather than after the pool's timeout.
@@ -305,7 +312,7 @@ def probe_cold(config: SaverConfig) -> None:
                                                 **extra}).close()
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if any(marker in reason for marker in _PERMANENT):
+        if refused_for_good(exc):
             raise ConfigurationError(
                 f"Postgres at {where} refused the connection: {reason}; "
                 "fix postgres_url (or LGD_POSTGRES_URL)"
