@@ -175,6 +175,13 @@ class ToolOutcomeUncertainError(ToolCallError):
     """The call started but its owner died before recording an outcome; the policy says raise."""
 
 
+class DegradedWarning(UserWarning):
+    """The saver runs without its hot tier (Redis cannot be reached): reads and writes go
+    to Postgres alone (write-through) or wait for Redis (write-behind). Issued once per
+    saver, so a program that configured no logging still shows it on stderr; set
+    ``redis_required`` to refuse to start instead, or filter it with `warnings`."""
+
+
 def _rebuild(
     cls: type[DurableError], args: tuple[object, ...], state: dict[str, object]
 ) -> DurableError:

@@ -339,15 +339,23 @@ def _prove(console: Console, saver: DurableSaver, ledger: Ledger, thread_id: str
         "charge_card was answered from the ledger. Without the ledger, the card would have "
         "been charged twice.",
     ), style="green" if ok else "red"))
-    # Commands as plain lines, never wrapped or boxed, so that they can be copied.
+    # Commands as plain lines, never wrapped or boxed, so that they can be copied; with
+    # the demo's servers inline, so that a new shell (no LGD_* exported) reaches them
     program = this_program()
+    urls = {"LGD_REDIS_URL": str(target.redis_url), "LGD_POSTGRES_URL": str(target.postgres_url)}
+    secret = any(mask_url(url) != url for url in urls.values())  # never printed
+    servers = "" if secret else "".join(f"{k}={shlex.quote(v)} " for k, v in urls.items())
     if str(target.redis_url).startswith("unix://"):
-        console.print(f"Explore it (embedded servers: run `{program} embedded up` and "
-                      "export the URLs it prints first):", markup=False)
+        console.print(f"Explore it (embedded servers: when they no longer run, `{program} "
+                      "embedded up` in another shell starts them again):", markup=False)
+    elif secret:
+        console.print("Explore it (with LGD_REDIS_URL and LGD_POSTGRES_URL set as for this "
+                      "run):")
     else:
         console.print("Explore it:")
     for command in ("history", "ledger"):
-        console.print(Text(f"  {program} {command} {thread_id} {flags}"), soft_wrap=True)
+        console.print(Text(f"  {servers}{program} {command} {thread_id} {flags}"),
+                      soft_wrap=True)
     return ok
 
 

@@ -44,6 +44,9 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
         checks.append(Check("postgres", "ok", f"PostgreSQL {version} at "
                             f"{mask_url(config.postgres_url)}"))
         postgres_up = True
+    except ConfigurationError as exc:  # refused for good: a wrong password, no such role
+        checks.append(Check("postgres", "fail", str(exc)))
+        code = code or EXIT_CONFIG
     except TierUnavailableError as exc:
         checks.append(Check("postgres", "fail", str(exc)))
         code = code or EXIT_UNAVAILABLE

@@ -25,6 +25,7 @@ from langgraph_durable._cli.shell import (
     Prefix,
     RedisUrl,
     Schema,
+    boxed_console,
     failures,
     make_target,
     out,
@@ -108,14 +109,14 @@ def demo(
                               f"runs in {escape(str(folder))}")
                 target = replace(target, redis_url=running.redis_url,
                                  postgres_url=running.postgres_url)
-                ok = run_demo(out.console, target, embedded_dir=folder, slow=slow)
+                ok = run_demo(boxed_console(), target, embedded_dir=folder, slow=slow)
             else:
                 with servers:
                     target = replace(target, redis_url=servers.redis_url,
                                      postgres_url=servers.postgres_url)
-                    ok = run_demo(out.console, target, embedded_dir=folder, slow=slow)
+                    ok = run_demo(boxed_console(), target, embedded_dir=folder, slow=slow)
         else:
-            ok = run_demo(out.console, target, embedded_dir=None, slow=slow)
+            ok = run_demo(boxed_console(), target, embedded_dir=None, slow=slow)
     if not ok:
         raise typer.Exit(EXIT_FAILED)
 

@@ -172,6 +172,15 @@ UNWRAPPED = 100_000
 """Standard output's width when it is a pipe or a file: no line is wrapped."""
 
 
+def boxed_console() -> Console:
+    """Standard output for what is drawn to the width (section rules, boxes: the demo):
+    `out.console`, or, printing unwrapped (a pipe, a file, a CI log), one 80 columns
+    wide, so a rule is not a 100,000-character line."""
+    if out.console.width < UNWRAPPED:
+        return out.console
+    return Console(highlight=False, emoji=False, width=80)
+
+
 def piped_width() -> int | None:
     """`UNWRAPPED` when standard output is not a terminal and ``COLUMNS`` does not set a
     width, so ``threads | grep ID`` finds whole ids; None (the terminal's width) else."""

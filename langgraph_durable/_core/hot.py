@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
 from langgraph_durable._core.scripts import shards, thread
 from langgraph_durable.config import mask_url
-from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
+from langgraph_durable.errors import DegradedWarning, SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -51,7 +52,8 @@ def try_hot(ctx: Context, request: Hot | HotBatch) -> Op[Any]:
 def hot_failed(ctx: Context, exc: TierUnavailableError) -> None:
     """Open the breaker after a Redis failure. The failure that starts an outage is said
     once, at WARNING: where (the URL, password hidden), why, and what the saver does until
-    Redis answers (`recover_hot` says when it does)."""
+    Redis answers (`recover_hot` says when it does). The saver's first outage is also a
+    `DegradedWarning`, which a program that configured no logging still shows."""
     if not ctx.breaker.failure():
         return
     if ctx.config.write_mode == "behind":
@@ -59,9 +61,13 @@ def hot_failed(ctx: Context, exc: TierUnavailableError) -> None:
                      "until it answers")
     else:
         meanwhile = "reads and writes go to Postgres alone until it answers; nothing is lost"
-    logger.warning("Redis (hot tier) at %s cannot be reached (%s): %s; retried every %s s",
-                   mask_url(ctx.config.redis_url), exc.__cause__ or exc, meanwhile,
-                   f"{ctx.breaker.cooldown:g}")
+    said = (f"Redis (hot tier) at {mask_url(ctx.config.redis_url)} cannot be reached "
+            f"({exc.__cause__ or exc}): {meanwhile}; retried every "
+            f"{ctx.breaker.cooldown:g} s")
+    logger.warning("%s", said)
+    if ctx.breaker.trips == 1:
+        warnings.warn(f"{said} (set redis_required=True to refuse to start without it)",
+                      DegradedWarning, stacklevel=2)
 
 
 def bypassed(thread_id: str) -> TierUnavailableError:

@@ -189,6 +189,35 @@ class ThreadKeys:
         return f"{b64(ns)}:{checkpoint_id}"
 
 
+# The Redis type of each key the scripts keep, by the end of its name (see the module's
+# docstring): a prefix's own keys, a shard's, and a thread's after its base.
+_PREFIX_TYPES = {":journal": "stream", ":journal:bytes": "string", ":dead": "stream",
+                 ":marks": "string", ":layout": "string"}
+_THREAD_TYPES = {":k": "set", ":in": "zset", ":u": "hash", ":v": "hash"}
+_PART_TYPES = {":i:": "zset", ":b:": "hash", ":c:": "hash"}
+
+
+def key_type(prefix: str, key: str) -> str | None:
+    """The Redis type the scripts keep at ``key`` (``"hash"``, ``"zset"``, ...), or
+    ``None`` if ``key`` is no key of ``prefix`` they keep. A thread's base is found before
+    its kind is read, so no checkpoint id (which may hold ``:k``) is taken for a kind."""
+    head = f"{prefix}:{{"
+    if not key.startswith(head):
+        return _PREFIX_TYPES.get(key[len(prefix):]) if key.startswith(prefix) else None
+    close = key.find("}", len(head))
+    if close < 0:
+        return None
+    rest = key[close + 1:]
+    if key[len(head):close].startswith(f"{prefix}.j"):  # a shard's tag (see `_tags`)
+        if rest in _PREFIX_TYPES:
+            return _PREFIX_TYPES[rest]
+        name, colon, kind = rest[1:].partition(":")
+        if not rest.startswith(":") or not name or not colon:
+            return None
+        rest = ":" + kind
+    return _THREAD_TYPES.get(rest) or _PART_TYPES.get(rest[:3])
+
+
 # ------------------------------------------------------------------------ sharded layout
 
 SLOTS = 16384  # Redis Cluster hash slots

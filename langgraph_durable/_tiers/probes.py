@@ -22,8 +22,9 @@ import redis.exceptions
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._tiers.clients import client_for_url
 from langgraph_durable._tiers.cluster import is_cluster
+from langgraph_durable._tiers.common import refused_for_good
 from langgraph_durable.config import SaverConfig, mask_url
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import ConfigurationError, TierUnavailableError
 
 _HOT_HINT = "check --redis-url or LGD_REDIS_URL"
 _COLD_HINT = "check --postgres-url or LGD_POSTGRES_URL"
@@ -43,13 +44,19 @@ def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
     """Connect once and return the server's version.
 
     Raises:
-        TierUnavailableError: the server cannot be reached or refuses the connection;
-            the message is one line naming the URL, the reason and what to check.
+        ConfigurationError: the server refuses the connection for good (a wrong password,
+            no such database or role).
+        TierUnavailableError: the server cannot be reached.
+        Either message is one line naming the URL, the reason and what to check.
     """
     try:
         with psycopg.connect(url, connect_timeout=max(1, round(timeout))) as conn:
             row = conn.execute("SELECT current_setting('server_version')").fetchone()
     except psycopg.Error as exc:
+        if refused_for_good(exc):
+            raise ConfigurationError(
+                f"Postgres at {mask_url(url)} refused the connection: {one_line(exc)} "
+                f"({_COLD_HINT})") from exc
         raise TierUnavailableError(
             f"cannot connect to Postgres at {mask_url(url)}: {one_line(exc)} ({_COLD_HINT})",
             tier="cold",

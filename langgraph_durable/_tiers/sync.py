@@ -25,6 +25,7 @@ from redis.exceptions import ResponseError as RedisResponseError
 from langgraph_durable._core.context import Latencies
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
+from langgraph_durable._core.scripts import thread
 from langgraph_durable._tiers import clients
 from langgraph_durable._tiers.cluster import Slots, check_layout, cluster_client, cluster_mode
 from langgraph_durable._tiers.common import (
@@ -41,8 +42,11 @@ from langgraph_durable._tiers.common import (
     hot_unavailable,
     layout_learned,
     not_set_up,
+    polluted,
     replica_wait,
+    said_repaired,
     told,
+    wrong_type,
 )
 from langgraph_durable.config import SaverConfig
 
@@ -74,6 +78,7 @@ class Tiers:
         self._held: deque[tuple[Any, Hot | None]] = deque()
         self.held = HELD if self.clients.owns_redis else 1
         self._waiting: list[object] = []  # one token per caller waiting for the pool
+        self._damaged: list[Hot] = []  # scripts sent without waiting that met a wrong type
 
     def open(self) -> None:
         if self.clients.owns_postgres:
@@ -130,6 +135,38 @@ class Tiers:
         return result
 
     def hot(self, request: Hot | HotBatch, built: Layout | None = None) -> Any:
+        """Run a script (`_hot`). One that fails because a key of the prefix holds another
+        type (another client wrote it: WRONGTYPE) has its keys of another type deleted, as
+        if evicted (`_repair`), and runs once more; failing so again, it raises
+        `TierUnavailableError`. A script sent without waiting that met such a key has its
+        keys repaired before the next script runs."""
+        while self._damaged:
+            self._repair(self._damaged.pop())
+        try:
+            return self._hot(request, built)
+        except RedisResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            self._repair(request)
+        try:
+            return self._hot(request, built)
+        except RedisResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            raise polluted(exc) from exc
+
+    def _repair(self, request: Hot | HotBatch) -> None:
+        """Delete the keys of ``request`` that hold another type than the scripts keep
+        there (`repair.lua`), and say so, once per key."""
+        failed = request.requests if isinstance(request, HotBatch) else (request,)
+        for each in failed:
+            repairs = thread.repairs(each, self.config.key_prefix)
+            if repairs:
+                replies = self._hot(HotBatch(tuple(repairs)))
+                said_repaired(each.script.name,
+                              [key for reply in replies for key in thread.repaired(reply)])
+
+    def _hot(self, request: Hot | HotBatch, built: Layout | None = None) -> Any:
         """Run a script on a kept or pooled connection (`_connection`), straight through the
         connection (redis-py's command path costs more than the round trip at small
         replies); a connection that fails is dropped and the call retried with the client's
@@ -232,7 +269,10 @@ class Tiers:
         except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
             if not isinstance(exc, RedisResponseError):  # a refusal leaves the stream in step
                 conn.disconnect()
-            level = logging.DEBUG if isinstance(exc, LOST_CONNECTION) else logging.WARNING
+            if wrong_type(exc):  # the next script's call repairs its keys, and says so
+                self._damaged.append(request)
+            level = (logging.DEBUG if isinstance(exc, LOST_CONNECTION) or wrong_type(exc)
+                     else logging.WARNING)
             logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
                        "readers use Postgres until its intent's deadline", request.script.name, exc)
         return False

@@ -430,27 +430,38 @@ def test_demo_kills_the_worker_and_the_card_is_charged_once(
         namespace: tuple[str, str]) -> None:
     """The demo (on the test servers) kills its worker with SIGKILL after the charge,
     resumes in a new process, and its own checks pass: one charge, one ledger attempt.
-    At 80 columns its proof keeps the history's columns and prints the commands to
-    explore the thread as whole lines, which run as printed (from here, with this
-    process's PATH: run as ``python -m``, they say so)."""
+    Piped (a CI log, ``make demo > file``) with no COLUMNS, its lines keep to 80 columns
+    and its proof keeps the history's columns; it prints the commands to explore the
+    thread as whole lines, which run as printed in a new shell (no LGD_* exported) on the
+    demo's servers (from here, with this process's PATH: run as ``python -m``, they say
+    so)."""
     schema, prefix = namespace
     servers = {"LGD_REDIS_URL": REDIS_URL, "LGD_POSTGRES_URL": POSTGRES_URL}
-    result = run_module("demo", "--schema", schema, "--prefix", prefix, "--slow", "2",
-                        env={**servers, "COLUMNS": "80"}, timeout=240)
+    fresh = {k: v for k, v in os.environ.items()
+             if not k.startswith("LGD_") and k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "langgraph_durable", "demo", "--schema", schema,
+         "--prefix", prefix, "--slow", "2"],
+        capture_output=True, text=True, timeout=240, env={**fresh, **servers})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SIGKILL" in result.stdout
     assert "the card was charged once, by the worker that was killed" in result.stdout
     assert "✘" not in result.stdout
     assert re.search(r"┃ step ┃ checkpoint ┃ source ┃ time +┃ +added ┃", result.stdout)
     assert "◀ resumed from" in result.stdout
+    hints = []
     for command in ("history", "ledger"):
         hint = re.search(rf"^  (.+ {command} order-\w+ --schema {schema} --prefix {prefix})$",
                          result.stdout, re.M)
         assert hint is not None, result.stdout
-        explored = subprocess.run(shlex.split(hint.group(1)), capture_output=True, text=True,
-                                  timeout=60, env={**os.environ, **servers})
+        hints.append(hint.group(0))
+        explored = subprocess.run(hint.group(1), shell=True, capture_output=True, text=True,
+                                  timeout=60, env=fresh)
         assert explored.returncode == 0, explored.stdout + explored.stderr
-        assert explored.stdout.strip(), explored.stderr
+        assert "order-" in explored.stdout, explored.stdout + explored.stderr
+    long = [line for line in result.stdout.splitlines()
+            if len(line) > 80 and line not in hints]
+    assert long == [], long
 
 
 @pytest.fixture
@@ -554,3 +565,4 @@ def test_the_command_hints_name_this_program_as_it_can_be_run_from_here(
     assert this_program() == "langgraph-durable"
     monkeypatch.setattr(sys, "argv", [str(Path("langgraph_durable") / "__main__.py")])
     assert this_program().endswith(" -m langgraph_durable")
+

@@ -63,6 +63,7 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "dead_letters": (shards.dead_letters(LAYOUT, 0, "-", 10), []),
     "dead_letter": (shards.dead_letter(LAYOUT, 0, unflushed="u", letter="1-0", action="drop",
                                        member="m"), []),
+    "repair": (thread.repairs(thread.release(KEYS, "tok"), "p")[0], []),
 }
 
 

@@ -106,3 +106,49 @@ def test_the_readme_is_short_and_points_at_the_docs() -> None:
     assert readme.count("\n") <= 350
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert f"](docs/{page.name})" in readme, page.name
+
+
+# The extra that brings each package a README example may import beyond the base install.
+EXTRA_OF = {"langchain": "agents"}
+
+
+def test_the_install_section_names_the_extra_each_example_needs() -> None:
+    """A README example that imports a package of an extra (the ledger example's
+    ``langchain``) runs after an install line the Install section gives."""
+    readme = (ROOT / "README.md").read_text()
+    install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    needed = set()
+    for where, code in EXAMPLES:
+        if where.startswith("README.md"):
+            for module in re.findall(r"^(?:from|import) (\w+)", code, re.M):
+                if module in EXTRA_OF:
+                    needed.add(EXTRA_OF[module])
+    assert needed, "the ledger example imports langchain"
+    for extra in needed:
+        assert f"pip install '.[{extra}]'" in install, extra
+
+
+def test_durable_middleware_comes_from_the_package_and_the_base_install_still_imports() -> None:
+    """``from langgraph_durable import DurableMiddleware`` gives the middleware; without
+    LangChain (the base install) the package imports, and asking for it names the extra."""
+    from langgraph_durable import DurableMiddleware
+    from langgraph_durable.middleware import DurableMiddleware as defined
+
+    assert DurableMiddleware is defined
+    program = ("import sys; sys.modules['langchain'] = None\n"
+               "import langgraph_durable\n"
+               "from langgraph_durable import *\n"
+               "try:\n    langgraph_durable.DurableMiddleware\n"
+               "except ImportError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'langgraph-durable[agents]'" in out.stdout
+
+
+def test_what_try_it_leaves_behind_is_ignored() -> None:
+    """``langgraph dev`` in the server example ("Try it") leaves its ``.langgraph_api/``
+    state there: git ignores it, so it is never committed by accident."""
+    left = "examples/langgraph-server/.langgraph_api/store.pckl"
+    out = subprocess.run(["git", "check-ignore", "-q", left], cwd=ROOT, timeout=30)
+    assert out.returncode == 0, f"{left} is not ignored"

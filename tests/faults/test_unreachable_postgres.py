@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_setup_with_nothing_listening_fails_fast_with_the_reason() -> None:
     """Nothing listens on the port: setup() raises TierUnavailableError(tier="cold") in
-    seconds, naming the masked URL and what to check."""
+    seconds, naming the masked URL and what to check, and how to start servers to try the
+    saver with (the embedded ones)."""
     url = f"postgresql://postgres:hunter2@127.0.0.1:{free_port()}/test"
     saver = DurableSaver(REDIS_URL, url)
     started = time.monotonic()
@@ -30,6 +31,7 @@ def test_setup_with_nothing_listening_fails_fast_with_the_reason() -> None:
     assert raised.value.tier == "cold"
     assert "hunter2" not in message and "***" in message
     assert "postgres_url" in message and "LGD_POSTGRES_URL" in message
+    assert "langgraph-durable embedded up" in message
     saver.close()
 
 

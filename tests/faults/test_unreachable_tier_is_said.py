@@ -6,8 +6,11 @@ to export the URLs must not write into some other default server without a word.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +114,31 @@ def test_redis_required_makes_setup_fail_fast_instead_of_starting_on_postgres_al
         assert saver.config.redis_required
         with pytest.raises(TierUnavailableError):
             saver.setup()
+
+
+def test_a_saver_without_its_hot_tier_says_so_where_a_person_sees_it(
+    namespace: tuple[str, str]
+) -> None:
+    """A program that configures no logging (the Quickstart) and has a wrong Redis URL
+    gets one DegradedWarning on stderr, however many calls run on Postgres alone; its
+    answers are still right and it exits 0."""
+    schema, prefix = namespace
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    program = f"""
+from langgraph_durable import DurableSaver
+from tests.support.checkpoints import config_of, put_value
+with DurableSaver({url!r}, {POSTGRES_URL!r}, schema={schema!r}, key_prefix={prefix!r},
+                  breaker_cooldown=0.01) as saver:
+    saver.setup()
+    for step in range(3):
+        put_value(saver, "quickstart", step)
+        print(saver.get_tuple(config_of("quickstart")).checkpoint["channel_values"]["value"])
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).parents[2])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1", "2"]
+    said = [line for line in out.stderr.splitlines() if "DegradedWarning" in line]
+    assert len(said) == 1, out.stderr
+    assert f"127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}" in said[0]
+    assert "Postgres" in said[0] and "redis_required" in said[0]

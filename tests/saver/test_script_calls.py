@@ -257,6 +257,29 @@ def test_flush_read_ack_state_and_dead_letters(client: redis.Redis, layout: Layo
     assert run(client, shards.journal_leave(layout, 0, GROUP, "me")) == 1
 
 
+def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
+                                                      layout: Layout) -> None:
+    """A call's keys and its registry's members that hold another type than the scripts
+    keep are deleted and named, with the type found and the one expected; keys of the
+    right type stay."""
+    keys = layout.thread("t")
+    _intent(client, keys, "tok")
+    assert _put(client, keys, "c1", version=7, token="tok", head="h") == 1
+    assert client.sismember(keys.registry, keys.checkpoint("", "c1"))
+    client.delete(keys.blobs(""), keys.checkpoint("", "c1"))
+    client.set(keys.blobs(""), "a string")  # a registry member of another type
+    client.rpush(keys.checkpoint("", "c1"), "a list")
+    client.set(keys.intents, "a string")  # a call's key of another type
+    found = []
+    for request in thread.repairs(thread.get(keys, "", "", TTL, "ticket"), layout.prefix):
+        found += thread.repaired(run(client, request))
+    assert sorted(found) == sorted([
+        (keys.intents, "string", "zset"), (keys.blobs(""), "string", "hash"),
+        (keys.checkpoint("", "c1"), "list", "hash")])
+    assert client.type(keys.registry) == b"set" and client.type(keys.index("")) == b"zset"
+    assert not client.exists(keys.intents, keys.blobs(""), keys.checkpoint("", "c1"))
+
+
 def test_every_script_ran() -> None:
     """The tests above ran every script of the registry (runs last, in file order)."""
     assert set(SCRIPTS) == RAN

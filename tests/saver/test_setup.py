@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from langgraph_durable import DurableSaver, SchemaVersionError
-from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_schema
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_prefix, drop_schema
 
 ROOT = Path(__file__).parents[2]
 
@@ -59,3 +59,24 @@ def test_using_a_saver_before_setup_says_what_to_do(namespace: tuple[str, str]) 
     with pytest.raises(SchemaVersionError, match=r"saver\.setup\(\)"):
         saver.get_tuple({"configurable": {"thread_id": "t"}})
     saver.close()
+
+
+async def test_an_async_start_prints_no_warning() -> None:
+    """An asyncio saver's setup, put and read warn of nothing (redis-py warned of a
+    blocking Retry converted for asyncio on every async start)."""
+    import warnings
+
+    from tests.support.checkpoints import aput_value, config_of
+
+    tag = uuid.uuid4().hex[:8]
+    schema, prefix = f"lgdt_async_start_{tag}", f"lgdt-async-start-{tag}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with DurableSaver.afrom_conn_string(REDIS_URL, POSTGRES_URL, schema=schema,
+                                                  key_prefix=prefix) as saver:
+            await saver.asetup()
+            await aput_value(saver, "async-start", 1)
+            assert await saver.aget_tuple(config_of("async-start")) is not None
+    drop_schema(schema)
+    drop_prefix(prefix)
+    assert [str(w.message) for w in caught] == []

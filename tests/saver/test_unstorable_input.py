@@ -116,3 +116,23 @@ def test_a_row_postgres_rejects_is_a_rejection_not_an_outage(saver: DurableSaver
             conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT lgd_test_reject")
     put_value(saver, thread, "v")
     assert saver.get_tuple({"configurable": {"thread_id": thread}}) is not None
+
+
+def test_metadata_nested_too_deep_is_refused_at_put(saver: DurableSaver) -> None:
+    """Metadata nested 5,000 levels deep (past what the JSON encoder can walk) raises a
+    SerializationError that says so, not Python's RecursionError, and stores nothing: the
+    thread has no checkpoint in either tier."""
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(5000):
+        inner["next"] = {}
+        inner = inner["next"]
+    thread = f"deep-{uuid.uuid4()}"
+    with pytest.raises(SerializationError, match="nested too deep"):
+        put_value(saver, thread, "v", metadata={"deep": deep})
+    assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
+    saver.flush()
+    assert cold_checkpoints(saver.config.schema, thread) == 0
+    put_value(saver, thread, "after", metadata={"deep": {"a": {"b": 1}}})
+    found = saver.get_tuple({"configurable": {"thread_id": thread}})
+    assert found is not None and found.metadata["deep"] == {"a": {"b": 1}}

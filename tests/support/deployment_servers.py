@@ -131,14 +131,16 @@ def tls_redis(workdir: Path) -> Iterator[TlsRedis]:
 
 
 def pgbouncer_args(workdir: Path, port: int, database: str,
-                   backend: tuple[str, int] | None = None) -> list[str]:
+                   backend: tuple[str, int] | None = None,
+                   password: str | None = None) -> list[str]:
     """A pgbouncer in transaction mode on ``port`` in front of the test Postgres's
-    ``database`` (trust auth), reached at ``backend`` (default: where it listens). Run as
-    ``postgres`` when the test runs as root, which pgbouncer refuses to be."""
+    ``database`` (trust auth; with ``password``, clients must give it), reached at
+    ``backend`` (default: where it listens). Run as ``postgres`` when the test runs as
+    root, which pgbouncer refuses to be."""
     address = backend or postgres_address()
     host, pg_port = (address if isinstance(address, tuple)
                      else (os.path.dirname(address), int(address.rsplit(".", 1)[1])))
-    (workdir / "users.txt").write_text('"postgres" ""\n')
+    (workdir / "users.txt").write_text(f'"postgres" "{password or ""}"\n')
     (workdir / "pgbouncer.ini").write_text(f"""\
 [databases]
 {database} = host={host} port={pg_port} dbname={database}
@@ -146,7 +148,7 @@ def pgbouncer_args(workdir: Path, port: int, database: str,
 listen_addr = 127.0.0.1
 listen_port = {port}
 unix_socket_dir =
-auth_type = trust
+auth_type = {"md5" if password else "trust"}
 auth_file = {workdir / "users.txt"}
 pool_mode = transaction
 default_pool_size = 4

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_durable._core.keys import ThreadKeys, parse_write_field
+from langgraph_durable._core.keys import ThreadKeys, key_type, parse_write_field
 from langgraph_durable._core.records import StoredWrite, unpack_write
 from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.scripts.registry import SCRIPTS, Arg, Reply
@@ -236,3 +236,22 @@ def refusal(reply: Any, journal: Journal) -> tuple[Reply, str] | None:
             f"Postgres (cold tier) is not taking writes and the write-behind journal holds "
             f"{full}; writes resume once it is back", tier="cold")
     return (code, reply[1].decode()) if code is Reply.CONFLICT else (code, "")
+
+
+def repairs(request: Hot, prefix: str) -> list[Hot]:
+    """The calls that delete the keys of ``prefix`` that ``request`` names (among its keys
+    and arguments; and the members of a thread's registry among them) when they hold
+    another type than the scripts keep there (`keys.key_type`)."""
+    named = {}
+    for value in (*request.keys, *request.args):
+        key = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        expected = key_type(prefix, key) if key.startswith(prefix) else None
+        if expected is not None:
+            named[key] = expected
+    return [SCRIPTS["repair"].call(key=key, expected=expected) for key, expected in named.items()]
+
+
+def repaired(reply: Sequence[Any]) -> list[tuple[str, str, str]]:
+    """The keys a `repairs` call deleted: ``(key, type found, type expected)`` each."""
+    text = [item.decode() if isinstance(item, bytes) else str(item) for item in reply]
+    return [(text[i], text[i + 1], text[i + 2]) for i in range(0, len(text), 3)]
