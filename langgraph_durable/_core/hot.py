@@ -52,7 +52,7 @@ def hot_failed(ctx: Context, exc: TierUnavailableError) -> None:
     """Open the breaker after a Redis failure. The failure that starts an outage is said
     once, at WARNING: where (the URL, password hidden), why, and what the saver does until
     Redis answers (`recover_hot` says when it does)."""
-    if not ctx.breaker.failure():
+    if not ctx.breaker.failure(exc):
         return
     if ctx.config.write_mode == "behind":
         meanwhile = ("reads and writes of write-behind threads raise TierUnavailableError "
@@ -253,6 +253,8 @@ def connect(ctx: Context) -> Op[bool]:
         state = yield from try_hot(ctx, journal.probe_request(ctx))
         return state is not None
     try:
+        if ctx.breaker.is_open and not ctx.breaker.cooled():  # it just failed: not again
+            raise ctx.breaker.reason or TierUnavailableError("Redis did not answer", tier="hot")
         yield journal.probe_request(ctx)
     except TierUnavailableError as exc:
         if exc.tier != "hot":
