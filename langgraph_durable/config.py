@@ -219,7 +219,7 @@ class SaverConfig:
             ``WAIT``), so a failover to one of them loses none of it; fewer within
             ``redis_replica_timeout`` count as an unavailable hot tier. ``0``: no waiting.
         redis_replica_timeout: how long a write waits for ``redis_replica_acks``
-            (under Redis's 5 s socket timeout).
+            (under ``tier_timeout``).
         write_mode: ``"through"``: a write returns once Postgres committed it.
             ``"behind"``: a write returns once Redis holds it and its flush journal entry;
             a flusher moves it to Postgres.
@@ -242,7 +242,18 @@ class SaverConfig:
             write to Redis and finishing it; past it, readers treat the writer as dead.
         redis_max_connections: size of the Redis connection pool (callers wait, not fail).
         postgres_max_connections: size of the Postgres connection pool (callers wait).
-        pool_timeout: how long a caller waits for a pooled connection before an error.
+        pool_timeout: how long a caller waits for a pooled connection while every one is
+            lent out, before an error. A pool that cannot make a connection within
+            ``tier_timeout`` (Postgres does not answer) fails the caller then.
+        tier_timeout: the longest one request waits on a tier that does not answer (a
+            frozen, overloaded or unreachable Redis or Postgres) before the tier counts as
+            unavailable: Redis's socket timeout, Postgres's connect timeout (libpq counts
+            whole seconds, at least 2) and the wait for a Postgres connection the pool
+            cannot make. A timed-out request is not sent again; the hot tier's breaker
+            opens for the whole saver and is probed in the background. So ``setup()``,
+            each call and each command finish, or fail with `TierUnavailableError`, within
+            about this much more than their work. A legitimately slow reply (a very large
+            checkpoint on a slow link) must come within it too.
         breaker_cooldown: how long the hot tier is bypassed after it failed, before a probe.
             The failure that opens it and the probe that closes it are logged at WARNING
             (logger ``langgraph_durable``), with the URL, password hidden.
@@ -306,6 +317,7 @@ class SaverConfig:
     redis_max_connections: int = 64
     postgres_max_connections: int = 10
     pool_timeout: float | timedelta = 30.0
+    tier_timeout: float | timedelta = 3.0
     breaker_cooldown: float | timedelta = 1.0
     redis_required: bool = False
     stale_poll_interval: float | timedelta = 1.0
@@ -348,8 +360,12 @@ class SaverConfig:
             parse_sentinel(self.redis_url)  # raises with the URL's form
         if not isinstance(self.redis_replica_acks, int) or self.redis_replica_acks < 0:
             raise ConfigurationError("redis_replica_acks must be 0 or more")
-        if not 0 < seconds(self.redis_replica_timeout) < 5:
-            raise ConfigurationError("redis_replica_timeout must be between 0 and 5 seconds")
+        if not 0 < seconds(self.tier_timeout) <= 600:
+            raise ConfigurationError("tier_timeout must be more than 0 and at most 600 seconds")
+        if not 0 < seconds(self.redis_replica_timeout) < seconds(self.tier_timeout):
+            raise ConfigurationError(
+                "redis_replica_timeout must be more than 0 and less than tier_timeout "
+                f"({seconds(self.tier_timeout):g} s): a write waits for replicas within it")
         url = urlsplit(self.redis_url)
         if self.redis_credential_provider is not None and (
                 url.password or "password" in dict(parse_qsl(url.query))):
@@ -469,7 +485,8 @@ class SaverConfig:
     def from_env(cls, **overrides: object) -> SaverConfig:
         """Build a config from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL``, the keys
         ``LGD_SECRET`` / ``LGD_ENCRYPTION_KEYS`` / ``LGD_ENCRYPTION_KEY_ID``,
-        ``LGD_JOURNAL_SHARDS`` and ``LGD_REDIS_REQUIRED``, plus overrides."""
+        ``LGD_JOURNAL_SHARDS``, ``LGD_TIER_TIMEOUT`` and ``LGD_REDIS_REQUIRED``, plus
+        overrides."""
         values: dict[str, object] = {}
         if url := os.environ.get("LGD_REDIS_URL"):
             values["redis_url"] = url
@@ -485,6 +502,12 @@ class SaverConfig:
             if not shards.strip().isdigit():
                 raise ConfigurationError(f"LGD_JOURNAL_SHARDS must be a number, got {shards!r}")
             values["journal_shards"] = int(shards)
+        if timeout := os.environ.get("LGD_TIER_TIMEOUT"):
+            try:
+                values["tier_timeout"] = float(timeout)
+            except ValueError:
+                raise ConfigurationError(
+                    f"LGD_TIER_TIMEOUT must be a number of seconds, got {timeout!r}") from None
         if required := os.environ.get("LGD_REDIS_REQUIRED"):
             flag = required.strip().lower()
             if flag not in ("1", "true", "yes", "0", "false", "no"):

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 
 from langgraph_durable._cli.views import Check
-from langgraph_durable._tiers.probes import RedisFacts, hot_view, probe_postgres, probe_redis
+from langgraph_durable._tiers.probes import (
+    RedisFacts,
+    forget_unanswered,
+    hot_view,
+    probe_postgres,
+    probe_redis,
+)
 from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import ConfigurationError, DurableError, TierUnavailableError
 from langgraph_durable.saver import DurableSaver
@@ -27,12 +33,14 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
         config = target.config()
     except ConfigurationError as exc:
         return [Check("configuration", "fail", str(exc))], EXIT_CONFIG
+    forget_unanswered()
+    timeout = seconds(config.tier_timeout)
     checks = [Check("configuration", "ok", f"schema {config.schema}, key prefix "
                     f"{config.key_prefix}, write mode {config.write_mode}")]
     code = 0
     facts: RedisFacts | None = None
     try:
-        facts = probe_redis(config.redis_url)
+        facts = probe_redis(config.redis_url, timeout=timeout)
         checks.append(Check("redis", "ok", f"{facts.server} ({facts.mode}) at "
                             f"{mask_url(config.redis_url)}"))
     except TierUnavailableError as exc:
@@ -40,7 +48,7 @@ def run_checks(target: Target) -> tuple[list[Check], int]:
         code = EXIT_UNAVAILABLE
     postgres_up = False
     try:
-        version = probe_postgres(config.postgres_url)
+        version = probe_postgres(config.postgres_url, timeout=timeout)
         checks.append(Check("postgres", "ok", f"PostgreSQL {version} at "
                             f"{mask_url(config.postgres_url)}"))
         postgres_up = True

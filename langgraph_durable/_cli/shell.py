@@ -21,7 +21,7 @@ from langgraph_durable._cli.target import Target, parse_duration
 from langgraph_durable._embedded.layout import DATA_DIR_ENV, default_data_dir
 from langgraph_durable._tiers import probes
 from langgraph_durable._tiers.probes import HotView, probe_postgres, probe_redis
-from langgraph_durable.config import Retention, mask_url
+from langgraph_durable.config import Retention, mask_url, seconds
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -91,6 +91,7 @@ def fail(message: str, code: int) -> NoReturn:
 @contextmanager
 def failures() -> Iterator[None]:
     """Turn the package's errors into one line on stderr and an exit code."""
+    probes.forget_unanswered()  # a command asks every tier afresh
     try:
         yield
     except (ConfigurationError, SchemaVersionError) as exc:
@@ -112,7 +113,7 @@ def open_saver(target: Target, *, need_schema: bool = True) -> Iterator[DurableS
     """A saver on the target, after a quick connection check (and a schema check)."""
     saver = target.saver()
     try:
-        probe_postgres(saver.config.postgres_url)
+        probe_postgres(saver.config.postgres_url, timeout=seconds(saver.config.tier_timeout))
         if need_schema:
             version = saver.engine.schema_version()
             latest = _latest_version(saver)
@@ -137,7 +138,7 @@ def open_saver(target: Target, *, need_schema: bool = True) -> Iterator[DurableS
 def hot_view(saver: DurableSaver) -> Iterator[HotView | None]:
     """A read-only view of the prefix's Redis keys, or ``None`` (with a warning) if down."""
     try:
-        probe_redis(saver.config.redis_url)
+        probe_redis(saver.config.redis_url, timeout=seconds(saver.config.tier_timeout))
     except TierUnavailableError as exc:
         out.errors.print(f"[yellow]warning:[/] {escape(str(exc))}; Redis columns show '?'")
         yield None

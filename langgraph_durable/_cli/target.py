@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from langgraph_durable._tiers.probes import recorded_shards
+from langgraph_durable._tiers.probes import recorded_shards, unanswered
 from langgraph_durable.config import Retention, SaverConfig
 from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.saver import DurableSaver
@@ -54,9 +54,14 @@ class Target:
         """A saver on the target (not set up), with the journal shards the prefix
         recorded unless set (see `probes.recorded_shards`)."""
         config = self.config()
-        return DurableSaver(
+        saver = DurableSaver(
             config.redis_url, config.postgres_url, schema=config.schema,
             key_prefix=config.key_prefix, write_mode=config.write_mode,
-            pool_timeout=config.pool_timeout, retention=self.retention,
-            journal_shards=recorded_shards(config),
+            pool_timeout=config.pool_timeout, tier_timeout=config.tier_timeout,
+            retention=self.retention, journal_shards=recorded_shards(config),
         )
+        if (down := unanswered(config.redis_url)) is not None:
+            # this command found Redis silent already: the saver starts with it bypassed
+            # (its breaker open), rather than wait for it once more
+            saver.engine.context.breaker.failure(down)
+        return saver

@@ -32,7 +32,8 @@ from langgraph_durable.config import SaverConfig, seconds
 class Breaker:
     """Circuit breaker of the hot tier, shared by every thread and event loop of a saver.
 
-    Closed: use Redis. Open: bypass it until ``cooldown`` passed, then let one caller probe.
+    Closed: use Redis. Open: bypass it until ``cooldown`` passed, then let one caller start
+    a probe (the engine runs it in the background, `Engine.run`).
     """
 
     def __init__(self, cooldown: float) -> None:
@@ -41,7 +42,9 @@ class Breaker:
         self.open_since: float | None = None
         self.trips = 0
         self.recoveries = 0
+        self.reason: Exception | None = None  # the failure that keeps it open
         self._probing = False
+        self._changed = 0.0  # when it last opened, or closed
 
     @property
     def is_open(self) -> bool:
@@ -64,9 +67,30 @@ class Breaker:
             self._probing = True
             return True
 
-    def failure(self) -> bool:
-        """Open (or keep open); whether this failure tripped a closed breaker."""
+    def cooled(self) -> bool:
+        """Whether the breaker is open and its cooldown has passed (no probe is claimed)."""
         with self._lock:
+            since = self.open_since
+            return since is not None and time.monotonic() - since >= self.cooldown
+
+    def probe_ended(self) -> None:
+        """A probe stopped without a verdict (cancelled, or an error that says nothing
+        about Redis): the breaker stays open and the next cooldown allows another."""
+        with self._lock:
+            if self._probing:
+                self._probing = False
+                self.open_since = time.monotonic()
+
+    def failure(self, reason: Exception | None = None, *, started: float | None = None) -> bool:
+        """Open (or keep open); whether this failure tripped a closed breaker. ``reason``,
+        the error that said so, is kept (`reason`) until the breaker closes. A request
+        that ``started`` (`time.monotonic`) before the breaker last changed brings older
+        news than the breaker's and changes nothing."""
+        with self._lock:
+            if started is not None and started < self._changed:
+                return False
+            self._changed = time.monotonic()
+            self.reason = reason or self.reason
             tripped = self.open_since is None
             if tripped:
                 self.trips += 1
@@ -76,11 +100,15 @@ class Breaker:
 
     def recovered(self) -> bool:
         """Close; whether the breaker was open."""
+        if self.open_since is None and not self._probing:  # closed: the usual case
+            return False
         with self._lock:
             was_open = self.open_since is not None
             if was_open:
                 self.recoveries += 1
+                self._changed = time.monotonic()
             self.open_since = None
+            self.reason = None
             self._probing = False
             return was_open
 
@@ -92,21 +120,44 @@ class Breaker:
 
 class MarkClock:
     """When this process next applies pending stale marks (`hot.apply_marks`): before its
-    first use of Redis, right after a write of its own bypassed Redis, then every
-    ``interval`` seconds."""
+    first use of Redis and right after a write of its own bypassed Redis (`urgent`: before
+    the next operation), then every ``interval`` seconds (`claim`: beside the operations,
+    so a Postgres that does not answer never holds up one that needs only Redis)."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._next = 0.0  # due at once
+        self._urgent = True
+        self._lock = threading.Lock()
 
     def due(self) -> bool:
         return time.monotonic() >= self._next
 
+    def urgent(self) -> bool:
+        """Whether the marks must be applied before this process's next operation."""
+        return self._urgent
+
+    def claim(self) -> bool:
+        """Whether a periodic poll is due; if so the caller runs it, and no other caller
+        starts one for an interval (however that poll ends)."""
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next:
+                return False
+            self._next = now + self.interval
+            return True
+
     def due_now(self) -> None:
         self._next = 0.0
+        self._urgent = True
 
     def checked(self) -> None:
         self._next = time.monotonic() + self.interval
+        self._urgent = False
+
+    def forked(self) -> None:
+        """In a child after ``fork()``: a new lock (another thread may have held it)."""
+        self._lock = threading.Lock()
 
 
 class Latencies:
@@ -356,6 +407,9 @@ class Context:
     breaker: Breaker
     consumer: str  # this process's name in the journal's consumer group (host:pid:random)
     marks: MarkClock = field(default_factory=lambda: MarkClock(1.0))
+    # Postgres's breaker: once a request found it silent, the others fail at once until
+    # the cooldown passed and one (a probe) is answered
+    cold: Breaker = field(default_factory=lambda: Breaker(1.0))
     latencies: Latencies = field(default_factory=Latencies)
     cache: TupleCache = field(default_factory=TupleCache)
     tokens: Tokens = field(default_factory=Tokens)
@@ -379,6 +433,8 @@ class Context:
         self.consumer = consumer
         self.tokens = Tokens()  # the parent's counter goes on there
         self.breaker.forked()
+        self.cold.forked()
+        self.marks.forked()
         self.cache.forked()
         self.lineage.forked()
         self.unacknowledged = deque()  # the parent's to send

@@ -54,7 +54,7 @@ def hot_failed(ctx: Context, exc: TierUnavailableError) -> None:
     once, at WARNING: where (the URL, password hidden), why, and what the saver does until
     Redis answers (`recover_hot` says when it does). The saver's first outage is also a
     `DegradedWarning`, which a program that configured no logging still shows."""
-    if not ctx.breaker.failure():
+    if not ctx.breaker.failure(exc):
         return
     if ctx.config.write_mode == "behind":
         meanwhile = ("reads and writes of write-behind threads raise TierUnavailableError "
@@ -259,6 +259,8 @@ def connect(ctx: Context) -> Op[bool]:
         state = yield from try_hot(ctx, journal.probe_request(ctx))
         return state is not None
     try:
+        if ctx.breaker.is_open and not ctx.breaker.cooled():  # it just failed: not again
+            raise ctx.breaker.reason or TierUnavailableError("Redis did not answer", tier="hot")
         yield journal.probe_request(ctx)
     except TierUnavailableError as exc:
         if exc.tier != "hot":

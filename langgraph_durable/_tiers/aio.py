@@ -11,17 +11,18 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Generator
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
+import psycopg_pool
 from psycopg.rows import dict_row
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
 
-from langgraph_durable._core.context import Latencies
+from langgraph_durable._core.context import Breaker, Latencies
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._core.scripts import thread
@@ -39,6 +40,7 @@ from langgraph_durable._tiers.common import (
     Scripts,
     check_replicas,
     cold_rejected,
+    cold_silent,
     cold_unavailable,
     hot_unavailable,
     layout_learned,
@@ -49,7 +51,9 @@ from langgraph_durable._tiers.common import (
     told,
     wrong_type,
 )
-from langgraph_durable.config import SaverConfig
+from langgraph_durable._tiers.watchdog import Watchdog
+from langgraph_durable.config import SaverConfig, seconds
+from langgraph_durable.errors import TierUnavailableError
 
 T = TypeVar("T")
 logger = logging.getLogger("langgraph_durable")
@@ -61,8 +65,12 @@ class Tiers:
     """Both tiers' clients for one event loop."""
 
     def __init__(self, config: SaverConfig, latencies: Latencies,
-                 provided: clients.Provided | None = None, learn: Learn | None = None) -> None:
+                 provided: clients.Provided | None = None, learn: Learn | None = None,
+                 cold_breaker: Breaker | None = None) -> None:
         self.latencies = latencies
+        # Postgres's breaker, shared by every driver of a saver (`cold`)
+        self.cold_breaker = cold_breaker or Breaker(seconds(config.breaker_cooldown))
+        self.watchdog = Watchdog(config)  # gives up on statements Postgres stopped answering
         self.config = config
         self.learn = learn or told(config)
         self.cluster: Any = None  # the cluster client, once Redis turned out to be one
@@ -81,11 +89,19 @@ class Tiers:
         self._waiting: list[object] = []  # one token per caller waiting for the pool
         self._damaged: list[Hot] = []  # scripts sent without waiting that met a wrong type
 
-    async def open(self) -> None:
+    async def open(self, *, detect: bool = True) -> TierUnavailableError | None:
+        """Open the pool and, with ``detect``, learn Redis's mode (`detect`); returns the
+        error of a Redis that did not answer (learned again on first use), for the caller
+        to open the breaker with, so no other request of the saver waits for it."""
         if self.clients.owns_postgres:
             await self.pool.open(wait=False)
-        with contextlib.suppress(*HOT_ERRORS):  # Redis down: learned on first use
+        if not detect:
+            return None
+        try:
             await self.detect()
+        except HOT_ERRORS as exc:
+            return hot_unavailable(exc)
+        return None
 
     async def detect(self) -> None:
         """Learn whether Redis is a cluster (the setting, checked against the server) and
@@ -360,24 +376,84 @@ class Tiers:
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
 
-    async def cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
+    async def cold(self, request: Cold) -> list[Any]:
+        """Run a request's statements (in one transaction when several). Postgres's
+        breaker (`cold_breaker`, one per saver): a request that found Postgres silent or
+        unreachable opens it, and until its cooldown passed the others fail at once
+        instead of waiting as long again; then requests try again (each within
+        ``tier_timeout``), and the first answer closes it."""
+        started = time.monotonic()
+        breaker = self.cold_breaker
+        if breaker.is_open and not breaker.cooled():
+            raise cold_silent(breaker.reason)
         try:
-            async with self.pool.connection() as conn:
-                if len(request.statements) == 1 and conn.autocommit:
-                    return [await self._execute(conn, request.statements[0])]
-                async with conn.transaction():
-                    return [await self._execute(conn, s) for s in request.statements]
+            result = await self._cold(request)
+        except TierUnavailableError as exc:
+            breaker.failure(exc, started=started)
+            raise
+        except Exception:
+            breaker.recovered()  # Postgres answered (a refusal, a missing table)
+            raise
+        breaker.recovered()
+        return result
+
+    async def _cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
+        watch = None  # set once a connection is lent: a failure from then on is its own
+        try:
+            async with self._pooled() as conn:
+                watch = self.watchdog.watch(conn)
+                try:
+                    if len(request.statements) == 1 and conn.autocommit:
+                        return [await self._execute(conn, request.statements[0])]
+                    async with conn.transaction():
+                        return [await self._execute(conn, s) for s in request.statements]
+                finally:
+                    self.watchdog.done(watch)
         except REJECTED_ERRORS as exc:
             raise cold_rejected(exc) from exc
         except psycopg.OperationalError as exc:
-            if retry and conn_was_broken(exc):  # pooled connections died: drop them, retry
+            # a pooled connection that died (Postgres restarted, a proxy cut it): drop the
+            # idle ones and try once more; a connection the pool could not make or lend
+            # in time, or one the watchdog shut down, is Postgres not answering, and a
+            # retry would only wait as long again
+            if retry and watch is not None and not watch.severed and conn_was_broken(exc):
                 await self.pool.check()
-                return await self.cold(request, retry=False)
+                return await self._cold(request, retry=False)
             raise cold_unavailable(exc) from exc
         except COLD_ERRORS as exc:
             raise cold_unavailable(exc) from exc
         except psycopg.errors.UndefinedTable as exc:
             raise not_set_up(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[Any]:
+        """A pooled Postgres connection. A psycopg pool has ``tier_timeout`` to lend one;
+        past it the caller waits on, up to ``pool_timeout``, only if the pool is busy (it
+        holds all the connections it may, every one lent out, and none failed to connect
+        meanwhile); else Postgres does not answer and `psycopg_pool.PoolTimeout` is
+        raised. The saver's pool for an event loop (`LoopPool`) connects in the caller,
+        within ``tier_timeout`` (the connect timeout), and its wait is for a free slot."""
+        total = seconds(self.config.pool_timeout)
+        first = min(total, seconds(self.config.tier_timeout))
+        stats = getattr(self.pool, "get_stats", None)
+        if stats is None or first >= total:
+            async with self.pool.connection() as conn:
+                yield conn
+            return
+        errors = stats().get("connections_errors", 0)
+        lent = False
+        try:
+            async with self.pool.connection(timeout=first) as conn:
+                lent = True
+                yield conn
+            return
+        except psycopg_pool.PoolTimeout:
+            now = stats()
+            if lent or now.get("connections_errors", 0) > errors or (
+                    now.get("pool_size", 0) < now.get("pool_max", 0)):
+                raise
+        async with self.pool.connection(timeout=total - first) as conn:
+            yield conn
 
     @staticmethod
     async def _execute(conn: psycopg.AsyncConnection[Any], statement: Any) -> Any:

@@ -70,8 +70,8 @@ def _options(config: SaverConfig, lib: ModuleType = redis) -> dict[str, Any]:
     2 s; longer ones trip the hot tier's breaker)."""
     options: dict[str, Any] = {
         "max_connections": config.redis_max_connections,
-        "socket_connect_timeout": 1.0,
-        "socket_timeout": 5.0,
+        "socket_connect_timeout": min(1.0, seconds(config.tier_timeout)),
+        "socket_timeout": seconds(config.tier_timeout),
         "retry": redis_retry(lib, ExponentialBackoff(cap=0.5, base=0.05), retries=6),
         **DRIVER,
     }

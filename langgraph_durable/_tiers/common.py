@@ -4,6 +4,7 @@ signature of the callback that answers requests that are not storage requests.""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from types import ModuleType, SimpleNamespace
@@ -149,26 +150,39 @@ REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (
 COLD_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
 
-def redis_retry(lib: ModuleType, backoff: ExponentialBackoff, retries: int) -> Any:
+def redis_retry(lib: ModuleType, backoff: ExponentialBackoff, retries: int,
+                supported_errors: tuple[type[Exception], ...] | None = None) -> Any:
     """A retry policy of ``lib`` (``redis`` or ``redis.asyncio``): an asyncio client given
     a blocking one converts it, and redis-py warns of that on every start."""
     kind = redis.asyncio.retry.Retry if lib is redis.asyncio else Retry
-    return kind(backoff, retries=retries)
+    if supported_errors is None:
+        return kind(backoff, retries=retries)
+    return kind(backoff, retries=retries, supported_errors=supported_errors)
 
 
 def redis_options(config: SaverConfig, lib: ModuleType = redis) -> dict[str, Any]:
-    """Options for a redis-py client of ``lib``: bounded pool that waits, retries with
-    backoff."""
+    """Options for a redis-py client of ``lib``: bounded pool that waits; every read and
+    connect bounded by ``tier_timeout``; a connection found dead (reset, refused) is retried
+    with backoff, a timeout is not (a server that did not answer in time would make each
+    retry wait as long again: the breaker takes over instead)."""
+    timeout = seconds(config.tier_timeout)
     return {
         "max_connections": config.redis_max_connections,
         "timeout": seconds(config.pool_timeout),
-        "socket_connect_timeout": 1.0,
-        "socket_timeout": 5.0,
-        "retry": redis_retry(lib, ExponentialBackoff(cap=0.25, base=0.01), retries=2),
-        "retry_on_error": list(LOST_CONNECTION),
+        "socket_connect_timeout": min(1.0, timeout),
+        "socket_timeout": timeout,
+        "retry": redis_retry(lib, ExponentialBackoff(cap=0.25, base=0.01), retries=2,
+                             supported_errors=(redis.exceptions.ConnectionError,)),
+        "retry_on_error": [redis.exceptions.ConnectionError],
         "health_check_interval": 30,
         **DRIVER,
     }
+
+
+def connect_timeout(config: SaverConfig) -> int:
+    """libpq's ``connect_timeout`` for ``tier_timeout``: whole seconds, at least 2 (libpq
+    waits 2 s for anything less)."""
+    return max(2, math.ceil(seconds(config.tier_timeout)))
 
 
 def _driver() -> dict[str, Any]:
@@ -194,7 +208,7 @@ def postgres_options(config: SaverConfig) -> dict[str, Any]:
         "max_size": config.postgres_max_connections,
         "timeout": seconds(config.pool_timeout),
         "kwargs": {
-            "connect_timeout": 5,
+            "connect_timeout": connect_timeout(config),
             "autocommit": True,
             "prepare_threshold": config.prepare_threshold,
             "row_factory": dict_row,
@@ -263,6 +277,16 @@ def cold_unavailable(exc: Exception) -> TierUnavailableError:
     return error
 
 
+def cold_silent(reason: Exception | None) -> TierUnavailableError:
+    """The error of a Postgres request not sent: Postgres did not answer one a moment ago,
+    and the breaker's cooldown has not passed (or another request is asking it)."""
+    error = TierUnavailableError(
+        f"Postgres (cold tier) did not answer a moment ago: {reason or 'no reply'}; asked "
+        "again after breaker_cooldown", tier="cold")
+    error.__cause__ = reason
+    return error
+
+
 def cold_rejected(exc: psycopg.Error) -> WriteRejectedError:
     """The public error for a statement Postgres refused because of its content."""
     error = WriteRejectedError(
@@ -308,7 +332,8 @@ def probe_cold(config: SaverConfig) -> None:
     where = mask_url(config.postgres_url)
     try:
         extra = dict(config.postgres_credentials()) if config.postgres_credentials else {}
-        psycopg.connect(config.postgres_url, **{"connect_timeout": 5, "autocommit": True,
+        psycopg.connect(config.postgres_url, **{"connect_timeout": connect_timeout(config),
+                                                "autocommit": True,
                                                 **extra}).close()
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -13,10 +13,19 @@ and locks of the child's own (`Engine._forked`). `DurableSaver`, `Ledger`, the f
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -25,7 +34,7 @@ import redis
 import redis.asyncio
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core import inspection, journal, migrate, ops, reads
+from langgraph_durable._core import hot, inspection, journal, migrate, ops, reads
 from langgraph_durable._core.context import Breaker, Context, MarkClock
 from langgraph_durable._core.journal import DeadLetter as DeadLetter  # `dead_letters`' type
 from langgraph_durable._core.ledger import OwnerGone
@@ -35,9 +44,10 @@ from langgraph_durable._tiers import aio, clients, host, sync
 from langgraph_durable._tiers.common import AsyncEffects, Effects, learner, probe_cold
 from langgraph_durable._tiers.leases import Leases
 from langgraph_durable.config import SaverConfig, seconds
-from langgraph_durable.errors import ConfigurationError
+from langgraph_durable.errors import ConfigurationError, TierUnavailableError
 
 T = TypeVar("T")
+logger = logging.getLogger("langgraph_durable")
 Operation = Generator[Any, Any, T]  # an `Op`, or one that also yields tool effects
 
 
@@ -71,6 +81,7 @@ class Engine:
             serde=serde,
             breaker=Breaker(seconds(config.breaker_cooldown)),
             marks=MarkClock(seconds(config.stale_poll_interval)),
+            cold=Breaker(seconds(config.breaker_cooldown)),
             consumer=host.consumer_name(),
             seal=Seal.of(config),
         )
@@ -83,6 +94,7 @@ class Engine:
             asyncio.AbstractEventLoop, tuple[aio.Tiers, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
         self._fork_hooks: list[Callable[[], None]] = []
+        self._tasks: set[asyncio.Future[None]] = set()  # background probes and polls
         _ENGINES.add(self)
 
     # ------------------------------------------------------------------ clients
@@ -93,12 +105,14 @@ class Engine:
             with self._lock:
                 if self._sync is None:
                     tiers = sync.Tiers(self.config, self.context.latencies, self.provided,
-                                       self._learn)
+                                       self._learn, self.context.cold)
                     try:
-                        tiers.open()
+                        failed = tiers.open(detect=self.context.breaker.allows())
                     except BaseException:  # e.g. a prefix laid out with other shards
                         tiers.close()
                         raise
+                    if failed is not None:
+                        hot.hot_failed(self.context, failed)
                     self._sync = tiers
         return self._sync
 
@@ -110,12 +124,14 @@ class Engine:
         if entry is None:
             self._bind_provided(loop)
             fresh = aio.Tiers(self.config, self.context.latencies, self.provided,
-                               self._learn)
+                               self._learn, self.context.cold)
             try:
-                await fresh.open()
+                failed = await fresh.open(detect=self.context.breaker.allows())
             except BaseException:  # e.g. a prefix laid out with other shards
                 await fresh.close()
                 raise
+            if failed is not None:
+                hot.hot_failed(self.context, failed)
             closer = self._closer(fresh)
             entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
             await closer.__anext__()  # now the loop knows it; the loser's closes at once
@@ -177,12 +193,22 @@ class Engine:
         """Fail fast, with the reason, when Postgres cannot be reached (see `probe_cold`);
         a pool passed in is the application's to check."""
         if self.provided.postgres is None:
-            probe_cold(self.config)
+            self._checked_cold(probe_cold)
 
     async def acheck_cold(self) -> None:
         """Async twin of `check_cold` (the probe runs in a worker thread)."""
         if self.provided.apostgres is None:
-            await asyncio.to_thread(probe_cold, self.config)
+            await asyncio.to_thread(self._checked_cold, probe_cold)
+
+    def _checked_cold(self, probe: Callable[[SaverConfig], None]) -> None:
+        """Run ``probe``; a Postgres it found silent opens the cold breaker, so the calls
+        that follow do not wait for it again within the cooldown."""
+        try:
+            probe(self.config)
+        except TierUnavailableError as exc:
+            self.context.cold.failure(exc)
+            raise
+        self.context.cold.recovered()
 
     # ------------------------------------------------------------------ fork()
 
@@ -218,27 +244,69 @@ class Engine:
     def run(self, op: Operation[T], effects: Effects | None = None) -> T:
         """Run an operation with the blocking clients; ``effects`` answers its tool effects.
 
-        Before it, a hot tier whose breaker is open is probed (and recovered), or pending
-        stale marks are applied when they are due (`hot.poll_marks`).
+        Before it: a hot tier whose breaker is open is probed (and recovered) in the
+        background once per cooldown; stale marks this process must apply first
+        (`MarkClock.urgent`) are applied, unless Postgres did not answer a moment ago (its
+        breaker, `Context.cold`, is open); periodic ones, and those, are applied in the
+        background (`hot.poll_marks`). The operation waits for a probe or a periodic poll
+        at most `PROBE_GRACE`: tiers that answer finish it within that, and the operation
+        goes on with its outcome (a Redis back in use, another process's write seen); a
+        tier that does not answer costs the operation no more, unless it needs that tier.
 
         Raises:
             TierUnavailableError: a tier the operation needs is unreachable.
         """
         tiers = self.tiers()
-        if self.context.breaker.should_probe():
-            tiers.run(ops.recover_hot(self.context), _unhandled)
-        elif self.context.marks.due():
-            tiers.run(ops.poll_marks(self.context), _unhandled)
+        ctx = self.context
+        if ctx.breaker.should_probe():
+            _background(lambda: tiers.run(ops.recover_hot(ctx), _unhandled), ctx.breaker,
+                        wait=self._grace)
+        elif ctx.marks.urgent() and ctx.cold.allows():
+            tiers.run(ops.poll_marks(ctx), _unhandled)
+        elif ctx.marks.claim():
+            _background(lambda: tiers.run(ops.poll_marks(ctx), _unhandled), None,
+                        wait=self._grace)
         return tiers.run(op, _host_first(effects or _unhandled))
 
     async def arun(self, op: Operation[T], effects: AsyncEffects | None = None) -> T:
-        """Async twin of `run`: the running loop's clients; ``effects`` is awaited."""
+        """Async twin of `run`: the running loop's clients; ``effects`` is awaited. The
+        background probes and polls are tasks of the running loop."""
         tiers = await self.atiers()
-        if self.context.breaker.should_probe():
-            await tiers.run(ops.recover_hot(self.context), _aunhandled)
-        elif self.context.marks.due():
-            await tiers.run(ops.poll_marks(self.context), _aunhandled)
+        ctx = self.context
+        if ctx.breaker.should_probe():
+            await self._abackground(tiers.run(ops.recover_hot(ctx), _aunhandled), ctx.breaker,
+                                    wait=self._grace)
+        elif ctx.marks.urgent() and ctx.cold.allows():
+            await tiers.run(ops.poll_marks(ctx), _aunhandled)
+        elif ctx.marks.claim():
+            await self._abackground(tiers.run(ops.poll_marks(ctx), _aunhandled), None,
+                                    wait=self._grace)
         return await tiers.run(op, _ahost_first(effects or _aunhandled))
+
+    @property
+    def _grace(self) -> float:
+        return min(PROBE_GRACE, seconds(self.config.tier_timeout))
+
+    async def _abackground(self, work: Awaitable[Any], breaker: Breaker | None, *,
+                           wait: float) -> None:
+        """Run ``work`` as a task of the running loop, waiting for it at most ``wait``
+        seconds; a probe (``breaker`` given) that ends without a verdict leaves the
+        breaker open for the next cooldown."""
+
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception as exc:  # in the background: nobody else would hear of it
+                logger.debug("background check failed: %r", exc)
+            finally:
+                if breaker is not None:
+                    breaker.probe_ended()
+
+        task = asyncio.ensure_future(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if wait > 0:
+            await asyncio.wait((task,), timeout=wait)
 
     # ------------------------------------------------------------------ this process
 
@@ -345,6 +413,32 @@ def _ahost_first(effects: AsyncEffects) -> AsyncEffects:
         return await effects(request)
 
     return answer
+
+
+# How long the operation that starts a probe of a tier whose breaker is open, or a periodic
+# stale-marks poll, waits for it: tiers that answer finish it within that, and the
+# operation goes on with its outcome; a tier still out costs that operation no more.
+PROBE_GRACE = 0.25
+
+
+def _background(work: Callable[[], Any], breaker: Breaker | None, *, wait: float) -> None:
+    """Run ``work`` in a daemon thread, waiting for it at most ``wait`` seconds; a probe
+    (``breaker`` given) that ends without a verdict leaves the breaker open for the next
+    cooldown."""
+
+    def guarded() -> None:
+        try:
+            work()
+        except Exception as exc:  # in the background: nobody else would hear of it
+            logger.debug("background check failed: %r", exc)
+        finally:
+            if breaker is not None:
+                breaker.probe_ended()
+
+    thread = threading.Thread(target=guarded, name="langgraph-durable-probe", daemon=True)
+    thread.start()
+    if wait > 0:
+        thread.join(wait)
 
 
 def _unhandled(request: Any) -> Any:

@@ -38,17 +38,20 @@ class LoopPool:
         """Nothing to start: connections are made on demand."""
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def connection(self, timeout: float | None = None
+                         ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """Lend a connection; a broken one or one left in a transaction is discarded.
 
         Raises:
-            psycopg_pool.PoolTimeout: no slot came free within ``timeout``.
+            psycopg_pool.PoolTimeout: no slot came free within ``timeout`` (default: the
+                pool's).
         """
+        wait = self.timeout if timeout is None else timeout
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.timeout)
+            await asyncio.wait_for(self._slots.acquire(), wait)
         except TimeoutError as exc:
             raise psycopg_pool.PoolTimeout(
-                f"no connection free in {self.timeout:.1f} s (pool {self.name!r})") from exc
+                f"no connection free in {wait:.1f} s (pool {self.name!r})") from exc
         try:
             conn = self._idle.pop() if self._idle else await self._connect()
             try:

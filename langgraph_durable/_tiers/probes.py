@@ -18,12 +18,14 @@ from typing import Any
 import psycopg
 import redis
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._tiers.clients import client_for_url
 from langgraph_durable._tiers.cluster import is_cluster
 from langgraph_durable._tiers.common import refused_for_good
-from langgraph_durable.config import SaverConfig, mask_url
+from langgraph_durable.config import SaverConfig, mask_url, seconds
 from langgraph_durable.errors import ConfigurationError, TierUnavailableError
 
 _HOT_HINT = "check --redis-url or LGD_REDIS_URL"
@@ -64,15 +66,46 @@ def probe_postgres(url: str, *, timeout: float = 3.0) -> str:
     return str(row[0]) if row else "unknown"
 
 
+# The Redis URLs that did not answer during this command, with the error that said so:
+# its later steps fail at once instead of waiting as long again (`forget_unanswered`).
+_UNANSWERED: dict[str, TierUnavailableError] = {}
+
+
+def forget_unanswered() -> None:
+    """Start a command afresh: ask every Redis again."""
+    _UNANSWERED.clear()
+
+
+def unanswered(url: str) -> TierUnavailableError | None:
+    """The error of the Redis at ``url`` if it did not answer during this command."""
+    return _UNANSWERED.get(url)
+
+
+def _hot_error(url: str, exc: redis.exceptions.RedisError) -> TierUnavailableError:
+    error = TierUnavailableError(
+        f"cannot connect to Redis at {mask_url(url)}: {one_line(exc)} ({_HOT_HINT})",
+        tier="hot")
+    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        _UNANSWERED[url] = error
+    return error
+
+
 def _redis_client(url: str, *, timeout: float = 2.0) -> Any:
     """A client for probes (short timeouts, no retries): a cluster client when ``url``
     names a node of a Redis Cluster (its SCANs and pipelines then reach every primary),
-    else a plain one; a Sentinel URL's reaches the current primary."""
+    else a plain one; a Sentinel URL's reaches the current primary.
+
+    Raises:
+        redis.exceptions.ConnectionError: that Redis did not answer earlier in this command.
+    """
+    if (known := unanswered(url)) is not None:
+        raise redis.exceptions.ConnectionError(str(known))
     plain: redis.Redis = client_for_url(url, redis, socket_connect_timeout=timeout,
-                                        socket_timeout=timeout)
+                                        socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
     try:
         cluster = is_cluster(plain.info("cluster"))
-    except redis.exceptions.RedisError:
+    except redis.exceptions.RedisError as exc:
+        _hot_error(url, exc)
         return plain  # the caller's first command reports what is wrong
     if not cluster:
         return plain
@@ -106,10 +139,14 @@ def recorded_shards(config: SaverConfig) -> int | None:
     Redis does not answer (the saver reports that)."""
     if config.journal_shards is not None:
         return config.journal_shards
-    client = _redis_client(config.redis_url)
+    try:
+        client = _redis_client(config.redis_url, timeout=seconds(config.tier_timeout))
+    except redis.exceptions.RedisError:
+        return None
     try:
         recorded = _recorded_layout(client, config.key_prefix)
-    except redis.exceptions.RedisError:
+    except redis.exceptions.RedisError as exc:
+        _hot_error(config.redis_url, exc)
         return None
     finally:
         client.close()
@@ -146,7 +183,12 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
     Raises:
         TierUnavailableError: the server cannot be reached; one line naming URL and reason.
     """
+    if (known := unanswered(url)) is not None:  # silent earlier in this command
+        raise known
     client = _redis_client(url, timeout=timeout)
+    if (known := unanswered(url)) is not None:  # silent just now: not asked again
+        client.close()
+        raise known
     try:
         client.ping()
         info: dict[str, Any] = client.info("server")
@@ -155,10 +197,7 @@ def probe_redis(url: str, *, timeout: float = 2.0) -> RedisFacts:
         if isinstance(client, redis.RedisCluster):  # (`_redis_client` found a cluster)
             config.update(_cluster_config(client))
     except redis.exceptions.RedisError as exc:
-        raise TierUnavailableError(
-            f"cannot connect to Redis at {mask_url(url)}: {one_line(exc)} ({_HOT_HINT})",
-            tier="hot",
-        ) from exc
+        raise _hot_error(url, exc) from exc
     finally:
         client.close()
     if "valkey_version" in info:
@@ -298,7 +337,7 @@ def hot_view(config: SaverConfig) -> Iterator[HotView]:
     Raises:
         redis.exceptions.RedisError: Redis did not answer.
     """
-    client = _redis_client(config.redis_url)
+    client = _redis_client(config.redis_url, timeout=seconds(config.tier_timeout))
     try:
         yield HotView(client, _hot_layout(client, config.key_prefix, config.journal_shards))
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -77,6 +78,17 @@ class PrivateRedis:
                 time.sleep(0.02)
         client.close()
 
+    def freeze(self) -> None:
+        """SIGSTOP: the server keeps its port (the kernel still accepts connections) and
+        answers nothing, as a paused machine or an overloaded server does."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: the frozen server answers again, what it was sent meanwhile first."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: no shutdown save, whatever the AOF policy had not written is gone."""
         if self.proc is not None:
@@ -104,7 +116,9 @@ def private_redis(workdir: Path, *, appendonly: str | None = None,
 
 class Proxy:
     """Forwards 127.0.0.1:<port> to a target, ``(host, port)`` or a Unix socket's path;
-    `cut()` drops every connection and refuses new ones until `restore()`;
+    `cut()` drops every connection and refuses new ones until `restore()`; `freeze()`
+    keeps every connection and accepts new ones but forwards nothing until `thaw()` (a
+    server that stopped answering);
     `lose_reply(marker)` lets the server answer the next request that contains ``marker``
     in full, drops the answer and closes that connection; ``delay`` (seconds, 0 by
     default) holds every chunk that long before forwarding it: a slow link."""
@@ -120,6 +134,13 @@ class Proxy:
         self._marker: bytes | None = None
         self.lost = 0  # replies dropped by `lose_reply`
         self.delay = 0.0  # seconds each chunk waits before it is forwarded
+        self._frozen = threading.Event()  # set: nothing is forwarded (`freeze`)
+
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def thaw(self) -> None:
+        self._frozen.clear()
 
     def lose_reply(self, marker: bytes) -> None:
         """Drop the reply to the next request whose bytes contain ``marker``, once the
@@ -181,6 +202,8 @@ class Proxy:
                     continue
                 if self.delay:
                     time.sleep(self.delay)
+                while self._frozen.is_set() and not self._stop.is_set():
+                    time.sleep(0.02)
                 dst.sendall(data)
         except OSError:
             pass

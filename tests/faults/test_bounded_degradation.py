@@ -1,0 +1,218 @@
+"""A tier that is frozen or unreachable costs each call at most ``tier_timeout`` (3 s by
+default) on top of its work: ``setup()``, an invoke of a new and of an existing thread, in
+both write modes, and ``langgraph-durable doctor``. A frozen Redis is a private
+``redis-server`` stopped with SIGSTOP; a frozen Postgres is a proxy that keeps its
+connections and accepts new ones but forwards nothing; an unreachable one refuses them.
+What each call then returns or raises is the failure model's (docs/failure-model.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_durable import DurableSaver, TierUnavailableError
+from tests.support.faults import PrivateRedis, Proxy, cli, private_redis
+from tests.support.graphs import chat_graph
+from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, REDIS_URL, postgres_address
+
+BOUND = 3.0  # the default tier_timeout
+MARGIN = 2.0  # the work itself, on a shared 2-core machine
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    """A proxy in front of the shared Postgres, the test's to freeze or cut."""
+    p = Proxy(postgres_address())
+    p.start()
+    yield p
+    p.thaw()
+    p.cut()
+
+
+def _timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    """How long ``call`` took, and what it returned or raised."""
+    started = time.monotonic()
+    try:
+        outcome: Any = call()
+    except TierUnavailableError as exc:
+        outcome = exc
+    return time.monotonic() - started, outcome
+
+
+def _hot_thread(namespace: tuple[str, str], mode: str, redis_url: str, postgres_url: str
+                ) -> tuple[DurableSaver, Any, dict[str, Any]]:
+    """A set-up saver (defaults but the background flusher) and a thread it ran, flushed."""
+    schema, prefix = namespace
+    saver = DurableSaver(redis_url, postgres_url, schema=schema, key_prefix=prefix,
+                         write_mode=mode, background_flush=False)  # type: ignore[arg-type]
+    saver.setup()
+    graph = chat_graph(saver)
+    config = {"configurable": {"thread_id": f"existing-{uuid.uuid4()}"}}
+    graph.invoke({"messages": [("user", "before")]}, config)
+    saver.flush()
+    return saver, graph, config
+
+
+def _fresh_calls(namespace: tuple[str, str], mode: str, redis_url: str, postgres_url: str,
+                 existing: dict[str, Any]) -> dict[str, tuple[float, Any]]:
+    """A new saver's ``setup()``, then invokes of a new and of the existing thread: how
+    long each took and what it gave."""
+    schema, prefix = namespace
+    saver = DurableSaver(redis_url, postgres_url, schema=schema, key_prefix=prefix,
+                         write_mode=mode, background_flush=False)  # type: ignore[arg-type]
+    graph = chat_graph(saver)
+    new = {"configurable": {"thread_id": f"new-{uuid.uuid4()}"}}
+    try:
+        return {
+            "setup": _timed(saver.setup),
+            "new": _timed(lambda: graph.invoke({"messages": [("user", "hi")]}, new)),
+            "existing": _timed(lambda: graph.invoke({"messages": [("user", "on")]}, existing)),
+        }
+    finally:
+        saver.engine.close()  # not saver.close(): its drain would wait for the frozen tier
+
+
+def _within(times: dict[str, tuple[float, Any]], bound: float) -> None:
+    slow = {name: round(took, 1) for name, (took, _) in times.items() if took > bound}
+    assert not slow, f"over {bound} s: {slow}"
+
+
+def _unavailable(outcome: Any, tier: str) -> bool:
+    return isinstance(outcome, TierUnavailableError) and outcome.tier == tier
+
+
+def test_a_frozen_redis_costs_each_call_at_most_the_tier_timeout(
+    namespace: tuple[str, str], write_mode: str, tmp_path: Path
+) -> None:
+    """Redis stops answering (SIGSTOP) with the defaults: the running saver's next invoke,
+    a new saver's setup(), and its invokes of a new and of an existing thread each finish
+    within 3 s plus margin (before: 15 s, 90 s). Write-through runs them on Postgres;
+    write-behind refuses them with TierUnavailableError(tier="hot")."""
+    with private_redis(tmp_path) as server:
+        running, graph, existing = _hot_thread(namespace, write_mode, server.url, POSTGRES_URL)
+        server.freeze()
+        try:
+            times = {"mid-run": _timed(
+                lambda: graph.invoke({"messages": [("user", "during")]}, existing))}
+            times |= _fresh_calls(namespace, write_mode, server.url, POSTGRES_URL, existing)
+        finally:
+            server.thaw()
+            running.close()
+    _within(times, BOUND + MARGIN)
+    assert times["setup"][1] is None
+    for name in ("mid-run", "new", "existing"):
+        outcome = times[name][1]
+        if write_mode == "through":
+            assert isinstance(outcome, dict) and outcome["messages"][-1].content.startswith(
+                "finish"), (name, outcome)
+        else:
+            assert _unavailable(outcome, "hot"), (name, outcome)
+
+
+def test_a_frozen_postgres_costs_each_call_at_most_the_tier_timeout(
+    namespace: tuple[str, str], write_mode: str, proxy: Proxy
+) -> None:
+    """Postgres stops answering (its connections stay open, new ones are accepted, nothing
+    is forwarded): setup() and every invoke that needs Postgres fail with
+    TierUnavailableError(tier="cold") within 3 s plus margin, a write-through one mid-run
+    too (before: it waited forever); a write-behind invoke of a thread Redis holds needs
+    only Redis and runs at full speed."""
+    url = proxy.url(POSTGRES_DATABASE)
+    running, graph, existing = _hot_thread(namespace, write_mode, REDIS_URL, url)
+    proxy.freeze()
+    try:
+        times = {"mid-run": _timed(
+            lambda: graph.invoke({"messages": [("user", "during")]}, existing))}
+        times |= _fresh_calls(namespace, write_mode, REDIS_URL, url, existing)
+    finally:
+        proxy.thaw()
+        running.close()
+    _within(times, BOUND + MARGIN)
+    assert _unavailable(times["setup"][1], "cold")
+    assert _unavailable(times["new"][1], "cold")
+    for name in ("mid-run", "existing"):
+        took, outcome = times[name]
+        if write_mode == "through":
+            assert _unavailable(outcome, "cold"), (name, outcome)
+        else:
+            assert isinstance(outcome, dict), (name, outcome)
+            assert took < 1.0, f"{name} needs only Redis, took {took:.1f} s"
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_calls_that_need_only_redis_never_wait_for_an_unreachable_postgres(
+    namespace: tuple[str, str], write_mode: str, proxy: Proxy
+) -> None:
+    """Postgres refuses connections, Redis is fine: write-behind invokes of a hot thread,
+    one after each stale-marks poll fell due, each take well under a second (before: the
+    poll ran first and waited twice pool_timeout, 60 s with the defaults)."""
+    running, graph, existing = _hot_thread(namespace, write_mode, REDIS_URL,
+                                           proxy.url(POSTGRES_DATABASE))
+    proxy.cut()
+    try:
+        for turn in range(3):
+            time.sleep(1.1)  # past stale_poll_interval: a poll is due
+            took, outcome = _timed(
+                lambda: graph.invoke({"messages": [("user", "again")]}, existing))
+            assert isinstance(outcome, dict), outcome
+            assert took < 1.0, f"turn {turn} took {took:.1f} s"
+    finally:
+        proxy.restore()
+        running.close()
+
+
+def test_a_bound_the_user_sets_holds_for_async_calls(
+    namespace: tuple[str, str], tmp_path: Path
+) -> None:
+    """tier_timeout=1: with Redis frozen, asetup() and ainvoke() of a new and of an
+    existing thread, each in its own event loop (fresh clients every time), finish within
+    1 s plus margin and run on Postgres (write-through)."""
+    schema, prefix = namespace
+    with private_redis(tmp_path) as server:
+        saver = DurableSaver(server.url, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                             tier_timeout=1.0)
+        graph = chat_graph(saver)
+        existing = {"configurable": {"thread_id": f"existing-{uuid.uuid4()}"}}
+        asyncio.run(saver.asetup())
+        asyncio.run(graph.ainvoke({"messages": [("user", "before")]}, existing))
+        server.freeze()
+        try:
+            times = {"asetup": _timed(lambda: asyncio.run(saver.asetup()))}
+            for name, config in (("new", {"configurable": {"thread_id": f"n-{uuid.uuid4()}"}}),
+                                 ("existing", existing)):
+                times[name] = _timed(lambda config=config: asyncio.run(  # type: ignore[misc]
+                    graph.ainvoke({"messages": [("user", "hi")]}, config)))
+        finally:
+            server.thaw()
+            saver.close()
+    _within(times, 1.0 + MARGIN)
+    assert all(isinstance(out, dict) for name, (_, out) in times.items() if name != "asetup")
+
+
+@pytest.mark.parametrize("frozen", ["redis", "postgres"])
+def test_doctor_reports_a_frozen_tier_within_the_tier_timeout(
+    namespace: tuple[str, str], frozen: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    """`langgraph-durable doctor` with one tier frozen says which one and exits 3 within
+    3 s plus margin (before: 102 s for a frozen Redis)."""
+    schema, prefix = namespace
+    server = PrivateRedis(tmp_path)
+    server.start()
+    env = {"LGD_REDIS_URL": server.url, "LGD_POSTGRES_URL": proxy.url(POSTGRES_DATABASE),
+           "LGD_SCHEMA": schema, "LGD_KEY_PREFIX": prefix}
+    (server.freeze if frozen == "redis" else proxy.freeze)()
+    try:
+        took, (code, output) = _timed(lambda: cli(["doctor"], env))
+    finally:
+        server.thaw()
+        server.kill()
+    assert code == 3, output
+    assert took < BOUND + MARGIN, f"doctor took {took:.1f} s"
+    failed = [line for line in output.splitlines() if frozen in line.lower()]
+    assert failed, output
