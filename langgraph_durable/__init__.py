@@ -21,6 +21,7 @@ from langgraph_durable.errors import (
 )
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
+from langgraph_durable.store import DurableStore
 from langgraph_durable.tools import DurableTool, current_idempotency_key, durable_tool
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "CorruptStateError",
     "DurableError",
     "DurableSaver",
+    "DurableStore",
     "DurableTool",
     "FlushTimeoutError",
     "IdempotencyConflictError",
