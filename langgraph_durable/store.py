@@ -77,7 +77,6 @@ class DurableStore(BaseStore):
             self.config, default_serde(None, self.config),
             redis_url_given=redis_url is not None or "LGD_REDIS_URL" in os.environ,
             postgres_url_given=postgres_url is not None or "LGD_POSTGRES_URL" in os.environ)
-        self._ctx = self.engine.context
 
     @property
     def migrations(self) -> tuple[Migration, ...]:
@@ -153,11 +152,12 @@ class DurableStore(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` (reads see the store as before the batch); results in op order."""
-        return self.engine.run(core.batch(self._ctx, self.cache, self._checked(ops)))
+        return self.engine.run(core.batch(self.engine.context, self.cache, self._checked(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of `batch`."""
-        return await self.engine.arun(core.batch(self._ctx, self.cache, self._checked(ops)))
+        return await self.engine.arun(
+            core.batch(self.engine.context, self.cache, self._checked(ops)))
 
     def sweep_ttl(self, batch: int = 1000) -> int:
         """Delete expired items, at most ``batch`` per statement; returns how many."""

@@ -39,7 +39,7 @@ from langgraph.store.base import (
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Statement
 from langgraph_durable._core.requests import Op as Operation
-from langgraph_durable._core.scripts.registry import SCRIPTS
+from langgraph_durable._core.scripts import store as scripts
 from langgraph_durable._core.sql import store as q
 from langgraph_durable.errors import TierUnavailableError
 
@@ -84,29 +84,30 @@ def item(row: dict[str, Any], score: float | None = None,
     """A row as LangGraph's item."""
     common = dict(value=row["value"], key=row["key"], namespace=tuple(row["namespace"]),
                   created_at=row["created_at"], updated_at=row["updated_at"])
-    return SearchItem(**common, score=score) if search else Item(**common)  # type: ignore[arg-type]
+    return SearchItem(**common, score=score) if search else Item(**common)
 
 
 def batch(ctx: Context, cache: CacheSettings, ops: Iterable[Op]) -> Operation[list[Result]]:
     """Run ``ops``: every read sees the store as it was before the batch (reads first,
     like LangGraph's stores), then the writes, the last of each item winning; results in
     op order."""
-    ops = list(ops)
-    results: list[Result] = [None] * len(ops)
-    gets = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp)]
+    listed = list(ops)
+    results: list[Result] = [None] * len(listed)
+    gets = [(i, op) for i, op in enumerate(listed) if isinstance(op, GetOp)]
     if gets:
         found = yield from _gets(ctx, cache, [op for _, op in gets])
         for (i, _), got in zip(gets, found, strict=True):
             results[i] = got
-    reads = [(i, op) for i, op in enumerate(ops) if isinstance(op, (SearchOp, ListNamespacesOp))]
+    reads = [(i, op) for i, op in enumerate(listed)
+             if isinstance(op, (SearchOp, ListNamespacesOp))]
     if reads:
         statements = tuple(_read_statement(ctx.config.schema, op) for _, op in reads)
         rows = yield Cold(statements)
-        for (i, op), got in zip(reads, rows, strict=True):
-            results[i] = ([item(r, search=True) for r in got] if isinstance(op, SearchOp)
+        for (i, read), got in zip(reads, rows, strict=True):
+            results[i] = ([item(r, search=True) for r in got] if isinstance(read, SearchOp)
                           else [tuple(r["ns"]) for r in got])
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
-    for op in ops:
+    for op in listed:
         if isinstance(op, PutOp):
             puts.pop((tuple(op.namespace), op.key), None)
             puts[(tuple(op.namespace), op.key)] = op
@@ -141,7 +142,7 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
     """Items from their entries; the others from Postgres, then filled."""
     keys = [entry_key(cache.prefix, op.namespace, op.key) for op in ops]
     replies = yield from _hot(ctx, HotBatch(tuple(
-        SCRIPTS["store_get"].call(entry=k) for k in keys)))
+        scripts.get(k) for k in keys)))
     found: list[Item | None] = [None] * len(ops)
     missing: list[int] = []
     for i, op in enumerate(ops):
@@ -153,16 +154,16 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
     if not missing:
         return found
     schema = ctx.config.schema
-    statements = tuple(Statement(*q.get_statement(schema, ops[i].namespace, ops[i].key,
-                                                  ops[i].refresh_ttl), fetch=True)
+    get = q.statements(schema).get
+    statements = tuple(Statement(get, q.get_params(ops[i].namespace, ops[i].key,
+                                                   ops[i].refresh_ttl), fetch=True)
                        for i in missing)
     rows = yield Cold(statements)
     fills = []
     for i, got in zip(missing, rows, strict=True):
         if got:
             found[i] = item(got[0])
-            fills.append(SCRIPTS["store_fill"].call(
-                entry=keys[i], version=got[0]["version"], data=encode(got[0]), ttl=cache.ttl))
+            fills.append(scripts.fill(keys[i], got[0]["version"], encode(got[0]), cache.ttl))
     if fills and replies is not None:
         yield from _hot(ctx, HotBatch(tuple(fills)))
     return found
@@ -172,20 +173,21 @@ def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp]) -> Operation[Non
     """Hold the entries, commit every write in one transaction, then store the rows."""
     keys = [entry_key(cache.prefix, op.namespace, op.key) for op in ops]
     held = yield from _hot(ctx, HotBatch(tuple(
-        SCRIPTS["store_hold"].call(entry=k, hold_ms=cache.hold_ms) for k in keys)))
+        scripts.hold(k, cache.hold_ms) for k in keys)))
     schema = ctx.config.schema
+    rendered = q.statements(schema)
     statements = tuple(
-        Statement(*q.delete_statement(schema, op.namespace, op.key), fetch=True)
+        Statement(rendered.delete, q.delete_params(op.namespace, op.key), fetch=True)
         if op.value is None else
-        Statement(*q.put_statement(schema, op.namespace, op.key, op.value, op.ttl), fetch=True)
+        Statement(rendered.put, q.put_params(op.namespace, op.key, op.value, op.ttl),
+                  fetch=True)
         for op in ops)
     rows = yield Cold(statements)
     if held is None:  # Redis was off: entries it still holds expire with their TTL
         return None
     wrote = tuple(
-        SCRIPTS["store_wrote"].call(entry=k, version=got[0]["version"],
-                                    data=ABSENT if op.value is None else encode(got[0]),
-                                    ttl=cache.ttl)
+        scripts.wrote(k, got[0]["version"], ABSENT if op.value is None else encode(got[0]),
+                      cache.ttl)
         for k, op, got in zip(keys, ops, rows, strict=True))
     yield from _hot(ctx, HotBatch(wrote))
     return None
@@ -196,7 +198,8 @@ def sweep(schema: str, batch_size: int) -> Operation[int]:
     returns how many went."""
     total = 0
     while True:
-        rows = (yield Cold((Statement(*q.sweep_statement(schema, batch_size), fetch=True),)))[0]
+        rows = (yield Cold.one(q.statements(schema).sweep, {"batch": batch_size},
+                              fetch=True))[0]
         total += len(rows)
         if len(rows) < batch_size:
             return total

@@ -8,7 +8,7 @@
 -- returns the number of holds
 redis.call('HDEL', KEYS[1], 'd')
 local n = redis.call('HINCRBY', KEYS[1], 'h', 1)
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+if n == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return n

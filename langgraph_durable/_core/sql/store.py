@@ -12,14 +12,16 @@ only the schema and fixed SQL are composed into statements.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from langgraph_durable._core.sql.render import render
+from langgraph_durable._core.sql.render import Rendered
 from langgraph_durable._core.sql.schema import Migration
 from langgraph_durable.errors import ConfigurationError
 
@@ -91,32 +93,43 @@ DELETE FROM {schema}.lgd_store_items t USING expired e
 WHERE t.namespace = e.namespace AND t.key = e.key AND t.expires_at <= now()
 RETURNING 1 AS gone"""
 
+
+
+@dataclass(frozen=True, slots=True, init=False, eq=False)
+class StoreStatements(Rendered):
+    """The store's fixed statements rendered for one schema."""
+
+    TEMPLATES: ClassVar[Mapping[str, str]] = {
+        "get": GET_SQL, "put": PUT_SQL, "delete": DELETE_SQL, "sweep": SWEEP_SQL}
+
+    get: sql.SQL
+    put: sql.SQL
+    delete: sql.SQL
+    sweep: sql.SQL
+
+
+statements = functools.cache(StoreStatements)
+
 _OPERATORS = {"$eq": "=", "$ne": "<>", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
-def get_statement(schema: str, namespace: Sequence[str], key: str,
-                  refresh: bool) -> tuple[sql.SQL, dict[str, Any]]:
-    """The live row of one item, refreshing its TTL first when ``refresh``."""
-    return render(GET_SQL, schema), {"namespace": list(namespace), "key": key,
-                                     "refresh": refresh}
+def get_params(namespace: Sequence[str], key: str, refresh: bool) -> dict[str, Any]:
+    """``statements(schema).get``'s: the live row of one item, refreshing its TTL first
+    when ``refresh``."""
+    return {"namespace": list(namespace), "key": key, "refresh": refresh}
 
 
-def put_statement(schema: str, namespace: Sequence[str], key: str, value: Mapping[str, Any],
-                  ttl: float | None) -> tuple[sql.SQL, dict[str, Any]]:
-    """Insert or replace one item; returns its row with its new version."""
-    return render(PUT_SQL, schema), {"namespace": list(namespace), "key": key,
-                                     "value": Jsonb(dict(value)), "ttl": ttl}
+def put_params(namespace: Sequence[str], key: str, value: Mapping[str, Any],
+               ttl: float | None) -> dict[str, Any]:
+    """``statements(schema).put``'s: insert or replace one item; returns its row with its
+    new version."""
+    return {"namespace": list(namespace), "key": key, "value": Jsonb(dict(value)), "ttl": ttl}
 
 
-def delete_statement(schema: str, namespace: Sequence[str],
-                     key: str) -> tuple[sql.SQL, dict[str, Any]]:
-    """Delete one item; returns the version its deletion takes."""
-    return render(DELETE_SQL, schema), {"namespace": list(namespace), "key": key}
-
-
-def sweep_statement(schema: str, batch: int) -> tuple[sql.SQL, dict[str, Any]]:
-    """Delete at most ``batch`` expired items."""
-    return render(SWEEP_SQL, schema), {"batch": batch}
+def delete_params(namespace: Sequence[str], key: str) -> dict[str, Any]:
+    """``statements(schema).delete``'s: delete one item; returns the version its deletion
+    takes."""
+    return {"namespace": list(namespace), "key": key}
 
 
 def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any] | None,
