@@ -126,7 +126,7 @@ class DurableStore(BaseStore):
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, redis_url: str, postgres_url: str,
+    def from_conn_string(cls, redis_url: str | None = None, postgres_url: str | None = None,
                          **options: Any) -> Iterator[DurableStore]:
         """A store for the two URLs, set up, closed on exit."""
         store = cls(redis_url, postgres_url, **options)
@@ -138,7 +138,8 @@ class DurableStore(BaseStore):
 
     @classmethod
     @asynccontextmanager
-    async def afrom_conn_string(cls, redis_url: str, postgres_url: str,
+    async def afrom_conn_string(cls, redis_url: str | None = None,
+                                postgres_url: str | None = None,
                                 **options: Any) -> AsyncIterator[DurableStore]:
         """Async twin of `from_conn_string`."""
         store = cls(redis_url, postgres_url, **options)
