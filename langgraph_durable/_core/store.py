@@ -111,8 +111,8 @@ def batch(ctx: Context, cache: CacheSettings, ops: Iterable[Op]) -> Operation[li
         if isinstance(op, PutOp):
             puts.pop((tuple(op.namespace), op.key), None)
             puts[(tuple(op.namespace), op.key)] = op
-    if puts:
-        yield from _puts(ctx, cache, list(puts.values()))
+    if puts:  # in key order, so concurrent batches take their row locks in one order
+        yield from _puts(ctx, cache, [puts[k] for k in sorted(puts)])
     return results
 
 
@@ -153,6 +153,7 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
             missing.append(i)
     if not missing:
         return found
+    missing.sort(key=lambda i: (tuple(ops[i].namespace), ops[i].key))  # one lock order
     schema = ctx.config.schema
     get = q.statements(schema).get
     statements = tuple(Statement(get, q.get_params(ops[i].namespace, ops[i].key,

@@ -8,6 +8,10 @@ version from a sequence, taken at every write, that orders the Redis read tier's
 Filters compare by type: a number with numbers (as ``numeric``), a string with strings
 (by code point, like Python), never a number as text. Values are passed as parameters;
 only the schema and fixed SQL are composed into statements.
+
+A read's TTL refresh skips rows another transaction holds (``SKIP LOCKED``): it never
+waits, so concurrent reads and writes cannot deadlock on it, and the holder is writing
+the row (a put sets a new expiry) or refreshing it too.
 """
 
 from __future__ import annotations
@@ -56,8 +60,11 @@ _REFRESH = ("expires_at = now() + make_interval(secs => ttl_minutes * 60)")
 GET_SQL = f"""
 WITH refreshed AS (
     UPDATE {{schema}}.lgd_store_items SET {_REFRESH}
-    WHERE %(refresh)s AND namespace = %(namespace)s AND key = %(key)s
-      AND ttl_minutes IS NOT NULL AND expires_at > now()
+    WHERE (namespace, key) IN (
+        SELECT namespace, key FROM {{schema}}.lgd_store_items
+        WHERE %(refresh)s AND namespace = %(namespace)s AND key = %(key)s
+          AND ttl_minutes IS NOT NULL AND expires_at > now()
+        FOR UPDATE SKIP LOCKED)
 )
 SELECT {_COLUMNS} FROM {{schema}}.lgd_store_items
 WHERE namespace = %(namespace)s AND key = %(key)s AND {_LIVE}"""
@@ -147,9 +154,10 @@ WITH found AS (
       AND {condition}
     ORDER BY updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s
 ), refreshed AS (
-    UPDATE {table} t SET {refresh} FROM found f
-    WHERE %(refresh)s AND t.namespace = f.namespace AND t.key = f.key
-      AND t.ttl_minutes IS NOT NULL
+    UPDATE {table} SET {refresh}
+    WHERE (namespace, key) IN (
+        SELECT l.namespace, l.key FROM {table} l JOIN found f USING (namespace, key)
+        WHERE %(refresh)s AND l.ttl_minutes IS NOT NULL FOR UPDATE OF l SKIP LOCKED)
 )
 SELECT * FROM found ORDER BY updated_at DESC, namespace, key""").format(
         columns=sql.SQL(_COLUMNS), table=_table(schema), live=sql.SQL(_LIVE),
