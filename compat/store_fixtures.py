@@ -60,3 +60,29 @@ async def adurable_store(**options: Any) -> AsyncIterator[DurableStore]:
             yield store
     finally:
         _drop(schema, prefix)
+
+
+# The suite's row helpers read PostgresStore's table through its private cursor; these
+# do the same on DurableStore's table (appended to the test modules by compat.store_run).
+def _row(store: DurableStore, ns: tuple[str, ...], key: str, query: str) -> Any:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        return conn.execute(query.format(table=f'"{store.config.schema}".lgd_store_items'),
+                            (list(ns), key)).fetchone()
+
+
+def expire_now(store: DurableStore, ns: tuple[str, ...], key: str) -> None:
+    """Backdate an item's expiry without deleting it."""
+    _row(store, ns, key, "UPDATE {table} SET expires_at = now() - interval '1 minute' "
+         "WHERE namespace = %s AND key = %s RETURNING 1")
+
+
+def row_exists(store: DurableStore, ns: tuple[str, ...], key: str) -> bool:
+    """Whether the item's row is there, expired or not."""
+    return bool(_row(store, ns, key, "SELECT count(*) FROM {table} "
+                     "WHERE namespace = %s AND key = %s")[0] == 1)
+
+
+def stored_expires_at(store: DurableStore, ns: tuple[str, ...], key: str) -> Any:
+    """The item's stored expiry."""
+    return _row(store, ns, key, "SELECT expires_at FROM {table} "
+                "WHERE namespace = %s AND key = %s")[0]

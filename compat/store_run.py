@@ -7,9 +7,10 @@ Takes the sdist of the pinned langgraph-checkpoint-postgres (compat/constraints.
 rebinds the ``store`` fixtures of ``test_store.py`` and ``test_async_store.py`` to
 `compat.store_fixtures` (one variant: their ``pipe`` and ``pool`` variants are
 PostgresStore's connection modes). The conftest's table clearing, which names
-PostgresStore's tables, is dropped. Tests that reach PostgresStore's internals (its
-cursor, its migrations, its module's helpers) or need pgvector fail or are deselected:
-the summary line says how many of each. Exit status: pytest's.
+PostgresStore's tables, is dropped; the row helpers of the TTL tests read DurableStore's
+table instead, and calls of PostgresStore's sweeper thread go. Tests that reach
+PostgresStore's internals (its cursor, its pool), need pgvector, or expect expired rows
+back with ``omit_expired`` off (DurableStore never returns them) fail. Exit status: pytest's.
 """
 
 from __future__ import annotations
@@ -45,6 +46,35 @@ async def store(request):
 # the store fixture, from its decorator to the next top-level definition
 FIXTURE = re.compile(r'@pytest\.fixture\(scope="function", params=\["default", "pipe", '
                      r'"pool"\]\)\n(async )?def store\(.*?\n(?=(@|def |async def ))', re.S)
+HELPERS = {
+    "test_store.py": """
+
+from compat.store_fixtures import expire_now as _expire_now  # noqa: E402,F811
+from compat.store_fixtures import row_exists as _row_exists  # noqa: E402,F811
+from compat.store_fixtures import stored_expires_at as _stored_expires_at  # noqa: E402,F811
+""",
+    "test_async_store.py": """
+
+from compat.store_fixtures import expire_now as _expire_now_sync  # noqa: E402
+from compat.store_fixtures import row_exists as _row_exists_sync  # noqa: E402
+from compat.store_fixtures import stored_expires_at as _stored_sync  # noqa: E402
+
+
+async def _aexpire_now(store, ns, key):  # noqa: F811
+    _expire_now_sync(store, ns, key)
+
+
+async def _arow_exists(store, ns, key):  # noqa: F811
+    return _row_exists_sync(store, ns, key)
+
+
+async def _astored_expires_at(store, ns, key):  # noqa: F811
+    return _stored_sync(store, ns, key)
+""",
+}
+# PostgresStore's own sweeper thread or task: DurableStore filters expired rows in every
+# read instead (and sweeps with sweep_ttl)
+SWEEPER = re.compile(r"(await )?store\.(start|stop)_ttl_sweeper\(\)")
 CLEAR = re.compile(r'@pytest\.fixture\(scope="function", autouse=True\)\nasync def '
                    r'clear_test_db.*?\n(?=\n@|\ndef )', re.S)
 
@@ -83,7 +113,7 @@ def extract(tarball: Path, into: Path) -> Path:
         text, count = FIXTURE.subn(lambda _m, f=fixture: f, path.read_text(), count=1)
         if count != 1:
             raise SystemExit(f"compat.store_run: the store fixture of {name} moved")
-        path.write_text(text)
+        path.write_text(SWEEPER.sub("None", text) + HELPERS[name])
     conftest = tests / "conftest.py"
     text, count = CLEAR.subn("", conftest.read_text(), count=1)
     if count != 1:
