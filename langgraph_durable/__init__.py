@@ -24,6 +24,7 @@ from langgraph_durable.errors import (
 )
 from langgraph_durable.ledger import Ledger
 from langgraph_durable.saver import DurableSaver
+from langgraph_durable.store import DurableStore
 from langgraph_durable.tools import DurableTool, current_idempotency_key, durable_tool
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ __all__ = [
     "DegradedWarning",
     "DurableError",
     "DurableSaver",
+    "DurableStore",
     "DurableTool",
     "FlushTimeoutError",
     "IdempotencyConflictError",

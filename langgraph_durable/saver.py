@@ -39,6 +39,7 @@ from langgraph_durable._core.context import SweepReport
 from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sql import CORE_MIGRATIONS, Migration
 from langgraph_durable._core.sql.ledger import LEDGER_MIGRATIONS
+from langgraph_durable._core.sql.store import STORE_MIGRATIONS
 from langgraph_durable._core.sql.sweep import RETENTION_MIGRATIONS
 from langgraph_durable._core.strict import default_serde
 from langgraph_durable._tiers.engine import Engine
@@ -152,7 +153,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Every schema migration `setup` applies."""
         return tuple(
             sorted(
-                CORE_MIGRATIONS + LEDGER_MIGRATIONS + RETENTION_MIGRATIONS,
+                CORE_MIGRATIONS + LEDGER_MIGRATIONS + RETENTION_MIGRATIONS + STORE_MIGRATIONS,
                 key=lambda m: m.version,
             )
         )

@@ -13,7 +13,7 @@ import pytest
 import langgraph_durable
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Hot
-from langgraph_durable._core.scripts import shards, thread
+from langgraph_durable._core.scripts import shards, store, thread
 from langgraph_durable._core.scripts.registry import SCRIPTS, Script, _parse
 from tests.core.script import arg
 
@@ -61,6 +61,10 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "journal_state": (shards.journal_state(LAYOUT, 0), []),
     "journal_leave": (shards.journal_leave(LAYOUT, 0, "g", "c"), []),
     "dead_letters": (shards.dead_letters(LAYOUT, 0, "-", 10), []),
+    "store_get": (store.get("e"), []),
+    "store_fill": (store.fill("e", 1, "d", 60), []),
+    "store_hold": (store.hold("e", 1000), []),
+    "store_wrote": (store.wrote("e", 1, "d", 60), []),
     "dead_letter": (shards.dead_letter(LAYOUT, 0, unflushed="u", letter="1-0", action="drop",
                                        member="m"), []),
     "repair": (thread.repairs(thread.release(KEYS, "tok"), "p")[0], []),

@@ -27,7 +27,7 @@ Redis gets a script's code without its comment lines.
 
 `Script.call` lays out a call's keys and arguments in header order from their names, so a
 position is written once, in the header; the builders of `scripts.thread` and
-`scripts.shards` are the only callers.
+`scripts.shards` (and `scripts.store`, the long-term memory store's) are the only callers.
 """
 
 from __future__ import annotations

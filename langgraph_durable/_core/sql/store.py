@@ -1,0 +1,259 @@
+"""The long-term memory store's table, its migration, and the statements of each op.
+
+A namespace is stored as ``text[]``, so a prefix matches whole segments: ``("a", "b")``
+is a prefix of ``("a", "b", "c")`` and never of ``("a", "bc")``. Every read keeps only
+live rows (``expires_at`` unset or after the database's ``now()``). Each row carries a
+version from a sequence, taken at every write, that orders the Redis read tier's fills.
+
+Filters compare by type: a number with numbers (as ``numeric``), a string with strings
+(by code point, like Python), never a number as text. Values are passed as parameters;
+only the schema and fixed SQL are composed into statements.
+
+A read's TTL refresh skips rows another transaction holds (``SKIP LOCKED``): it never
+waits, so concurrent reads and writes cannot deadlock on it, and the holder is writing
+the row (a put sets a new expiry) or refreshing it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from langgraph_durable._core.sql.render import Rendered
+from langgraph_durable._core.sql.schema import Migration
+from langgraph_durable.errors import ConfigurationError
+
+# Versions 20 and up are the store's; the saver's are below (`_core/sql/schema.py`).
+STORE_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        20,
+        "long-term memory store items",
+        """
+CREATE SEQUENCE {schema}.lgd_store_version_seq;
+CREATE TABLE {schema}.lgd_store_items (
+    namespace   text[] NOT NULL,
+    key         text NOT NULL,
+    value       jsonb NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz,
+    ttl_minutes double precision,
+    version     bigint NOT NULL,
+    PRIMARY KEY (namespace, key)
+);
+CREATE INDEX lgd_store_items_expires_idx ON {schema}.lgd_store_items (expires_at)
+    WHERE expires_at IS NOT NULL;
+""",
+    ),
+)
+
+_COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, version"
+_LIVE = "(expires_at IS NULL OR expires_at > now())"
+_REFRESH = ("expires_at = now() + make_interval(secs => ttl_minutes * 60)")
+
+GET_SQL = f"""
+WITH refreshed AS (
+    UPDATE {{schema}}.lgd_store_items SET {_REFRESH}
+    WHERE (namespace, key) IN (
+        SELECT namespace, key FROM {{schema}}.lgd_store_items
+        WHERE %(refresh)s AND namespace = %(namespace)s AND key = %(key)s
+          AND ttl_minutes IS NOT NULL AND expires_at > now()
+        FOR UPDATE SKIP LOCKED)
+)
+SELECT {_COLUMNS} FROM {{schema}}.lgd_store_items
+WHERE namespace = %(namespace)s AND key = %(key)s AND {_LIVE}"""
+
+PUT_SQL = """
+INSERT INTO {schema}.lgd_store_items AS t
+    (namespace, key, value, expires_at, ttl_minutes, version)
+VALUES (%(namespace)s, %(key)s, %(value)s,
+        now() + make_interval(secs => %(ttl)s::double precision * 60),
+        %(ttl)s::double precision, nextval('{schema}.lgd_store_version_seq'))
+ON CONFLICT (namespace, key) DO UPDATE SET
+    value = excluded.value,
+    created_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.created_at END,
+    updated_at = now(),
+    expires_at = excluded.expires_at,
+    ttl_minutes = excluded.ttl_minutes,
+    version = excluded.version
+RETURNING namespace, key, value, created_at, updated_at, expires_at, version"""
+
+DELETE_SQL = """
+WITH gone AS (
+    DELETE FROM {schema}.lgd_store_items WHERE namespace = %(namespace)s AND key = %(key)s
+)
+SELECT nextval('{schema}.lgd_store_version_seq') AS version"""
+
+# At most %(batch)s expired rows per statement, skipping rows a writer holds.
+SWEEP_SQL = """
+WITH expired AS (
+    SELECT namespace, key FROM {schema}.lgd_store_items
+    WHERE expires_at <= now() LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.lgd_store_items t USING expired e
+WHERE t.namespace = e.namespace AND t.key = e.key AND t.expires_at <= now()
+RETURNING 1 AS gone"""
+
+
+
+@dataclass(frozen=True, slots=True, init=False, eq=False)
+class StoreStatements(Rendered):
+    """The store's fixed statements rendered for one schema."""
+
+    TEMPLATES: ClassVar[Mapping[str, str]] = {
+        "get": GET_SQL, "put": PUT_SQL, "delete": DELETE_SQL, "sweep": SWEEP_SQL}
+
+    get: sql.SQL
+    put: sql.SQL
+    delete: sql.SQL
+    sweep: sql.SQL
+
+
+statements = functools.cache(StoreStatements)
+
+_OPERATORS = {"$eq": "=", "$ne": "<>", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def get_params(namespace: Sequence[str], key: str, refresh: bool) -> dict[str, Any]:
+    """``statements(schema).get``'s: the live row of one item, refreshing its TTL first
+    when ``refresh``."""
+    return {"namespace": list(namespace), "key": key, "refresh": refresh}
+
+
+def put_params(namespace: Sequence[str], key: str, value: Mapping[str, Any],
+               ttl: float | None) -> dict[str, Any]:
+    """``statements(schema).put``'s: insert or replace one item; returns its row with its
+    new version."""
+    return {"namespace": list(namespace), "key": key, "value": Jsonb(dict(value)), "ttl": ttl}
+
+
+def delete_params(namespace: Sequence[str], key: str) -> dict[str, Any]:
+    """``statements(schema).delete``'s: delete one item; returns the version its deletion
+    takes."""
+    return {"namespace": list(namespace), "key": key}
+
+
+def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any] | None,
+                     limit: int, offset: int,
+                     refresh: bool) -> tuple[sql.Composed, dict[str, Any]]:
+    """The live items under ``prefix`` (whole segments) matching ``where``, newest first,
+    refreshing the TTL of those returned when ``refresh``."""
+    params: dict[str, Any] = {"prefix": list(prefix), "depth": len(prefix),
+                              "limit": limit, "offset": offset, "refresh": refresh}
+    condition = compile_filter(where or {}, params)
+    query = sql.SQL("""
+WITH found AS (
+    SELECT {columns} FROM {table}
+    WHERE (%(depth)s = 0 OR namespace[1:%(depth)s] = %(prefix)s::text[]) AND {live}
+      AND {condition}
+    ORDER BY updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s
+), refreshed AS (
+    UPDATE {table} SET {refresh}
+    WHERE (namespace, key) IN (
+        SELECT l.namespace, l.key FROM {table} l JOIN found f USING (namespace, key)
+        WHERE %(refresh)s AND l.ttl_minutes IS NOT NULL FOR UPDATE OF l SKIP LOCKED)
+)
+SELECT * FROM found ORDER BY updated_at DESC, namespace, key""").format(
+        columns=sql.SQL(_COLUMNS), table=_table(schema), live=sql.SQL(_LIVE),
+        condition=condition, refresh=sql.SQL(_REFRESH))
+    return query, params
+
+
+def list_namespaces_statement(
+    schema: str, conditions: Sequence[tuple[str, Sequence[str]]], max_depth: int | None,
+    limit: int, offset: int,
+) -> tuple[sql.Composed, dict[str, Any]]:
+    """The distinct namespaces of live items matching every (``"prefix"``/``"suffix"``,
+    path) condition, ``"*"`` matching any one segment, cut to ``max_depth``, sorted."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset, "depth": max_depth}
+    parts: list[sql.Composable] = [sql.SQL(_LIVE)]
+    for number, (kind, path) in enumerate(conditions):
+        if kind not in ("prefix", "suffix"):
+            raise ConfigurationError(f"a namespace match is 'prefix' or 'suffix', got {kind!r}")
+        parts.append(sql.SQL("cardinality(namespace) >= {}").format(sql.Literal(len(path))))
+        for index, label in enumerate(path):
+            if label == "*":
+                continue
+            name = f"m{number}_{index}"
+            params[name] = label
+            position = (sql.Literal(index + 1) if kind == "prefix" else sql.SQL(
+                "cardinality(namespace) - {} ").format(sql.Literal(len(path) - index - 1)))
+            parts.append(sql.SQL("namespace[{}] = %({})s").format(position, sql.SQL(name)))
+    truncated = "namespace" if max_depth is None else "namespace[1:%(depth)s]"
+    query = sql.SQL("""
+SELECT ns FROM (SELECT DISTINCT {truncated} AS ns FROM {table} WHERE {where}) s
+ORDER BY ns COLLATE "C" LIMIT %(limit)s OFFSET %(offset)s""").format(
+        truncated=sql.SQL(truncated), table=_table(schema),
+        where=sql.SQL(" AND ").join(parts))
+    return query, params
+
+
+def _table(schema: str) -> sql.Composed:
+    return sql.SQL("{}.lgd_store_items").format(sql.Identifier(schema))
+
+
+def compile_filter(where: Mapping[str, Any], params: dict[str, Any]) -> sql.Composable:
+    """``where`` as a SQL condition on ``value``; its values go into ``params``.
+
+    ``{"k": v}`` is equality (``k`` may be a dotted path into nested objects);
+    ``{"k": {"$gt": 1}}`` compares by the operand's type; ``{"$and": [...]}`` and
+    ``{"$or": [...]}`` combine filters.
+
+    Raises:
+        ConfigurationError: an unknown operator, or a combinator without a list of filters.
+    """
+    if not isinstance(where, Mapping):
+        raise ConfigurationError(f"a store filter is a mapping, got {type(where).__name__}")
+    parts: list[sql.Composable] = []
+    for field, wanted in where.items():
+        if field in ("$and", "$or"):
+            if not isinstance(wanted, (list, tuple)):
+                raise ConfigurationError(f"{field} takes a list of filters, got {wanted!r}")
+            joined = sql.SQL(" AND " if field == "$and" else " OR ").join(
+                [compile_filter(sub, params) for sub in wanted])
+            empty = sql.SQL("true" if field == "$and" else "false")
+            parts.append(sql.SQL("({})").format(joined) if wanted else empty)
+        elif field.startswith("$"):
+            raise ConfigurationError(f"unknown store filter operator {field!r}")
+        elif isinstance(wanted, Mapping) and wanted and all(str(k).startswith("$")
+                                                             for k in wanted):
+            for operator, operand in wanted.items():
+                parts.append(_compare(field, operator, operand, params))
+        else:
+            parts.append(_compare(field, "$eq", wanted, params))
+    return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
+
+
+def _compare(field: str, operator: str, operand: Any, params: dict[str, Any]) -> sql.Composable:
+    """One comparison of the value at ``field`` with ``operand``, by the operand's type."""
+    if operator not in _OPERATORS:
+        raise ConfigurationError(
+            f"unknown store filter operator {operator!r} (known: {', '.join(_OPERATORS)})")
+    number = len(params)
+    path, value = f"p{number}", f"v{number}"
+    params[path] = field.split(".")
+    at = sql.SQL("(value #> %({})s)").format(sql.SQL(path))
+    symbol = sql.SQL(_OPERATORS[operator])
+    if operator in ("$eq", "$ne"):
+        params[value] = json.dumps(operand)
+        test = sql.SQL("{} {} %({})s::jsonb").format(at, symbol, sql.SQL(value))
+        if operator == "$ne":  # a missing field differs from every value
+            return sql.SQL("({} IS NULL OR {})").format(at, test)
+        return test
+    params[value] = operand
+    if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
+        raise ConfigurationError(
+            f"{operator} compares numbers or strings, got {type(operand).__name__}")
+    if isinstance(operand, str):
+        return sql.SQL(
+            "(CASE WHEN jsonb_typeof({at}) = 'string' THEN ({at} #>> '{{}}') COLLATE \"C\" "
+            "{op} %({v})s ELSE false END)").format(at=at, op=symbol, v=sql.SQL(value))
+    return sql.SQL(
+        "(CASE WHEN jsonb_typeof({at}) = 'number' THEN ({at})::numeric {op} %({v})s::numeric "
+        "ELSE false END)").format(at=at, op=symbol, v=sql.SQL(value))

@@ -1,0 +1,184 @@
+"""`DurableStore`: LangGraph's long-term memory store on Postgres, with a Redis read tier.
+
+Postgres holds every item (`_core/sql/store.py`); plain Redis (no modules) caches item
+rows for `get`, kept coherent across processes (`_core/store.py`). One object serves
+``batch`` and ``abatch``: each builds the same operation and hands it to the saver's
+`Engine`, whose blocking or event-loop driver runs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from types import TracebackType
+from typing import Any
+
+from langgraph.store.base import BaseStore, Op, Result, TTLConfig, validate_op_namespace
+
+from langgraph_durable._core import migrate
+from langgraph_durable._core import store as core
+from langgraph_durable._core.sql.ledger import LEDGER_MIGRATIONS
+from langgraph_durable._core.sql.schema import CORE_MIGRATIONS, Migration
+from langgraph_durable._core.sql.store import STORE_MIGRATIONS
+from langgraph_durable._core.sql.sweep import RETENTION_MIGRATIONS
+from langgraph_durable._core.strict import default_serde
+from langgraph_durable._tiers.engine import Engine
+from langgraph_durable.config import SaverConfig
+from langgraph_durable.errors import ConfigurationError
+
+_SEMANTIC = (
+    "semantic search needs the pgvector extension and an embedding index, which this "
+    "release of DurableStore does not provide yet; leave index= unset (search then "
+    "filters without a query)"
+)
+
+
+class DurableStore(BaseStore):
+    """A `BaseStore` whose items live in Postgres and whose gets are served from Redis.
+
+    Args:
+        redis_url: the read tier (``LGD_REDIS_URL`` when omitted, like `DurableSaver`).
+        postgres_url: the system of record (``LGD_POSTGRES_URL`` when omitted).
+        schema: Postgres schema of the store's table (shared with a saver's is fine).
+        key_prefix: every Redis key starts with it.
+        ttl: LangGraph's `TTLConfig` (``default_ttl`` in minutes, ``refresh_on_read``).
+        index: semantic search config; not supported yet (raises `ConfigurationError`).
+        cache_ttl: seconds a cached item lives in Redis without being read from Postgres.
+        **options: any other `SaverConfig` option (pool sizes, timeouts).
+
+    Raises:
+        ConfigurationError: an option is invalid, or ``index`` is given.
+    """
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        postgres_url: str | None = None,
+        *,
+        schema: str = "public",
+        key_prefix: str = "lgd",
+        ttl: TTLConfig | None = None,
+        index: Any = None,
+        cache_ttl: int = 3600,
+        **options: Any,
+    ) -> None:
+        if index is not None:
+            raise ConfigurationError(_SEMANTIC)
+        if not isinstance(cache_ttl, int) or cache_ttl < 1:
+            raise ConfigurationError("cache_ttl must be a whole number of seconds, at least 1")
+        self.config = SaverConfig.from_env(redis_url=redis_url, postgres_url=postgres_url,
+                                           key_prefix=key_prefix, schema=schema, **options)
+        self.ttl_config = ttl
+        self.cache = core.CacheSettings(prefix=self.config.key_prefix, ttl=cache_ttl)
+        self.engine = Engine(
+            self.config, default_serde(None, self.config),
+            redis_url_given=redis_url is not None or "LGD_REDIS_URL" in os.environ,
+            postgres_url_given=postgres_url is not None or "LGD_POSTGRES_URL" in os.environ)
+
+    @property
+    def migrations(self) -> tuple[Migration, ...]:
+        """Every migration `setup` applies: the saver's (its tables share the schema and
+        the Engine reads them) and the store's."""
+        return tuple(sorted(CORE_MIGRATIONS + LEDGER_MIGRATIONS + RETENTION_MIGRATIONS
+                            + STORE_MIGRATIONS, key=lambda m: m.version))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def setup(self) -> None:
+        """Create the schema and tables (idempotent, safe from many processes at once).
+
+        Raises:
+            TierUnavailableError: Postgres cannot be reached.
+            SchemaVersionError: the schema was migrated by a newer release.
+        """
+        self.engine.check_cold()
+        self.engine.run(migrate.setup(self.config.schema, self.migrations))
+
+    async def asetup(self) -> None:
+        """Async twin of `setup`."""
+        await self.engine.acheck_cold()
+        await self.engine.arun(migrate.setup(self.config.schema, self.migrations))
+
+    def close(self) -> None:
+        """Close the blocking clients."""
+        self.engine.close()
+
+    async def aclose(self) -> None:
+        """Close the running event loop's clients."""
+        await self.engine.aclose()
+
+    def __enter__(self) -> DurableStore:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DurableStore:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, redis_url: str | None = None, postgres_url: str | None = None,
+                         **options: Any) -> Iterator[DurableStore]:
+        """A store for the two URLs, set up, closed on exit."""
+        store = cls(redis_url, postgres_url, **options)
+        try:
+            store.setup()
+            yield store
+        finally:
+            store.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(cls, redis_url: str | None = None,
+                                postgres_url: str | None = None,
+                                **options: Any) -> AsyncIterator[DurableStore]:
+        """Async twin of `from_conn_string`."""
+        store = cls(redis_url, postgres_url, **options)
+        try:
+            await store.asetup()
+            yield store
+        finally:
+            await store.aclose()
+
+    # ------------------------------------------------------------------ ops
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` (reads see the store as before the batch); results in op order."""
+        return self.engine.run(core.batch(self.engine.context, self.cache, self._checked(ops)))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Async twin of `batch`."""
+        return await self.engine.arun(
+            core.batch(self.engine.context, self.cache, self._checked(ops)))
+
+    def sweep_ttl(self, batch: int = 1000) -> int:
+        """Delete expired items, at most ``batch`` per statement; returns how many."""
+        return self.engine.run(core.sweep(self.config.schema, self._batch(batch)))
+
+    async def asweep_ttl(self, batch: int = 1000) -> int:
+        """Async twin of `sweep_ttl`."""
+        return await self.engine.arun(core.sweep(self.config.schema, self._batch(batch)))
+
+    @staticmethod
+    def _batch(batch: int) -> int:
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
+            raise ConfigurationError("sweep_ttl batch must be between 1 and 100000")
+        return batch
+
+    @staticmethod
+    def _checked(ops: Iterable[Op]) -> list[Op]:
+        """``ops`` as a list, each namespace checked the way LangGraph's wrappers do (ops
+        passed straight to ``batch`` skip them)."""
+        ops = list(ops)
+        for op in ops:
+            validate_op_namespace(op)  # a search's query is ignored, as InMemoryStore does
+        return ops

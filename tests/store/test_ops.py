@@ -1,0 +1,126 @@
+"""Every op of `batch`, sync and async, against real Postgres and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+
+from langgraph_durable import ConfigurationError, DurableStore
+from tests.store.conftest import MakeStore
+
+
+def _root() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def test_put_get_delete_round_trip(store: DurableStore) -> None:
+    """A put is read back with its value and times, a replace keeps created_at, and a
+    delete makes the item absent (twice: once from Postgres, once from the cache)."""
+    ns = (_root(), "u1")
+    store.put(ns, "k", {"a": 1, "nested": {"b": [1, 2]}})
+    first = store.get(ns, "k")
+    assert first is not None and first.value == {"a": 1, "nested": {"b": [1, 2]}}
+    assert store.get(ns, "k") == first  # cached copy equals the row
+    store.put(ns, "k", {"a": 2})
+    second = store.get(ns, "k")
+    assert second is not None and second.value == {"a": 2}
+    assert second.created_at == first.created_at and second.updated_at > first.updated_at
+    store.delete(ns, "k")
+    assert store.get(ns, "k") is None
+    assert store.get(ns, "k") is None
+
+
+def test_async_ops_share_the_sync_store(store: DurableStore) -> None:
+    """The same object serves abatch: an async put is read by a sync get and back."""
+    ns = (_root(),)
+
+    async def main() -> None:
+        await store.aput(ns, "k", {"v": "async"})
+        got = await store.aget(ns, "k")
+        assert got is not None and got.value == {"v": "async"}
+        found = await store.asearch(ns, filter={"v": "async"})
+        assert [i.key for i in found] == ["k"]
+        assert await store.alist_namespaces(prefix=ns) == [ns]
+        await store.adelete(ns, "k")
+        assert await store.aget(ns, "k") is None
+
+    asyncio.run(main())
+    assert store.get(ns, "k") is None
+
+
+def test_batch_reads_see_state_before_writes_and_last_put_wins(store: DurableStore) -> None:
+    """In one batch, reads see the store before the batch's writes; of two puts to one item
+    the last wins; results come back in op order."""
+    ns = (_root(),)
+    store.put(ns, "k", {"v": 0})
+    results = store.batch([
+        PutOp(ns, "k", {"v": 1}), GetOp(ns, "k"), PutOp(ns, "k", {"v": 2}),
+        SearchOp(ns), ListNamespacesOp(match_conditions=(MatchCondition("prefix", ns),)),
+    ])
+    assert results[0] is None and results[2] is None
+    assert results[1] is not None and results[1].value == {"v": 0}  # type: ignore[union-attr]
+    assert [i.value for i in results[3]] == [{"v": 0}]  # type: ignore[union-attr]
+    assert results[4] == [ns]
+    got = store.get(ns, "k")
+    assert got is not None and got.value == {"v": 2}
+
+
+def test_sibling_namespace_never_matches_a_prefix(store: DurableStore) -> None:
+    """Matching is by whole segments: ("a", "bc") is not under ("a", "b"), in search and
+    in list_namespaces (the official stores' sibling leak)."""
+    root = _root()
+    store.put((root, "b"), "k", {"x": 1})
+    store.put((root, "bc"), "k", {"x": 2})
+    store.put((root, "b", "c"), "k", {"x": 3})
+    found = store.search((root, "b"))
+    assert sorted(i.value["x"] for i in found) == [1, 3]
+    assert store.list_namespaces(prefix=(root, "b")) == [(root, "b"), (root, "b", "c")]
+
+
+def test_search_limit_offset_and_order(store: DurableStore) -> None:
+    """Search returns newest first, pages with limit and offset."""
+    ns = (_root(),)
+    for n in range(5):
+        store.put(ns, f"k{n}", {"n": n})
+    page = store.search(ns, limit=2, offset=1)
+    assert [i.key for i in page] == ["k3", "k2"]
+    assert len(store.search(ns, limit=10)) == 5
+
+
+def test_list_namespaces_suffix_wildcards_depth_and_paging(store: DurableStore) -> None:
+    """Prefix and suffix conditions with "*" matching one segment, max_depth cutting and
+    deduplicating, limit/offset after that, sorted."""
+    root = _root()
+    for ns in [(root, "u1", "mem"), (root, "u2", "mem"), (root, "u2", "docs"), (root, "u3")]:
+        store.put(ns, "k", {"x": 1})
+    assert store.list_namespaces(prefix=(root, "*", "mem")) == [
+        (root, "u1", "mem"), (root, "u2", "mem")]
+    assert store.list_namespaces(prefix=(root,), suffix=("mem",)) == [
+        (root, "u1", "mem"), (root, "u2", "mem")]
+    assert store.list_namespaces(prefix=(root,), suffix=("*", "docs")) == [(root, "u2", "docs")]
+    assert store.list_namespaces(prefix=(root,), max_depth=2) == [
+        (root, "u1"), (root, "u2"), (root, "u3")]
+    assert store.list_namespaces(prefix=(root,), max_depth=2, limit=1, offset=1) == [
+        (root, "u2")]
+
+
+def test_index_config_is_refused_with_the_missing_piece_named(make_store: MakeStore) -> None:
+    """Semantic search is not there yet: an index config fails at construction and says
+    what is missing, rather than searching without embeddings."""
+    with pytest.raises(ConfigurationError, match="pgvector"):
+        make_store(index={"dims": 3, "embed": lambda texts: [[0.0] * 3 for _ in texts]})
+
+
+def test_from_conn_string_sets_up_and_closes(namespace: tuple[str, str]) -> None:
+    """from_conn_string yields a store that is set up and works."""
+    from tests.support.servers import POSTGRES_URL, REDIS_URL
+
+    schema, prefix = namespace
+    with DurableStore.from_conn_string(REDIS_URL, POSTGRES_URL, schema=schema,
+                                       key_prefix=prefix) as store:
+        store.put(("fc",), "k", {"v": 1})
+        got = store.get(("fc",), "k")
+        assert got is not None and got.value == {"v": 1}
