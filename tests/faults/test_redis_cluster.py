@@ -153,14 +153,16 @@ def test_hostile_thread_ids_stay_in_their_own_keys(cluster_saver: Callable[..., 
 
 def test_ledger_replays_a_recorded_call_on_a_cluster(
         cluster_saver: Callable[..., DurableSaver]) -> None:
-    """A durable tool's call is recorded once; running the same tool call again replays
-    the result without calling the tool."""
+    """A durable tool's call is recorded once; the tool step run again from the same
+    checkpoint (it failed after the tool ran) replays the result without calling the
+    tool."""
     saver = cluster_saver()
     calls: list[int] = []
-    graph = charge_card_graph(saver, calls)
+    graph = charge_card_graph(saver, calls, fail_once=True)
     thread = uuid.uuid4().hex
-    for _ in range(2):
+    with pytest.raises(RuntimeError, match="fails once"):
         graph.invoke({"messages": [AIMessage("", tool_calls=[CHARGE_CALL])]}, _config(thread))
+    graph.invoke(None, _config(thread))
     assert calls == [500]
     [record] = saver.ledger.list(thread)
     assert record.status == "succeeded" and record.attempts == 1

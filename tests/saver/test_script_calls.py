@@ -16,7 +16,7 @@ import redis
 from langgraph_durable._core.keys import Layout, ThreadKeys, b64
 from langgraph_durable._core.records import StoredWrite, pack_write
 from langgraph_durable._core.requests import Hot
-from langgraph_durable._core.scripts import shards, thread
+from langgraph_durable._core.scripts import shards, store, thread
 from langgraph_durable._core.scripts.registry import SCRIPTS, Reply
 from langgraph_durable._tiers.common import Scripts
 from langgraph_durable.errors import TierUnavailableError
@@ -278,6 +278,24 @@ def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
         (keys.checkpoint("", "c1"), "list", "hash")])
     assert client.type(keys.registry) == b"set" and client.type(keys.index("")) == b"zset"
     assert not client.exists(keys.intents, keys.blobs(""), keys.checkpoint("", "c1"))
+
+
+def test_store_scripts_fill_only_what_no_write_or_newer_row_replaced(
+        client: redis.Redis, layout: Layout) -> None:
+    """A memory item's cache entry: a fill caches a row; a write's hold hides it from reads
+    and refuses fills (a slow reader never puts back what a writer replaced); the write's
+    row lands when it commits, and an older fill after it is refused."""
+    entry = f"{layout.prefix}:store-item"
+    assert run(client, store.get(entry)) is None
+    assert run(client, store.fill(entry, 5, "row-5", 60)) == 1
+    assert run(client, store.get(entry)) == [b"5", b"row-5"]
+    assert run(client, store.hold(entry, 30_000)) == 1
+    assert run(client, store.get(entry)) is None
+    assert run(client, store.fill(entry, 5, "row-5", 60)) == 0  # a write is in flight
+    assert run(client, store.wrote(entry, 6, "row-6", 60)) == 0
+    assert run(client, store.get(entry)) == [b"6", b"row-6"]
+    assert run(client, store.fill(entry, 5, "row-5", 60)) == 0  # older than what is cached
+    assert run(client, store.get(entry)) == [b"6", b"row-6"]
 
 
 def test_every_script_ran() -> None:

@@ -129,9 +129,11 @@ CHARGE_CALL = {"name": "charge_card", "args": {"order_id": "A-1", "cents": 500},
 """The tool call `charge_card_graph` is invoked with (as an AIMessage's)."""
 
 
-def charge_card_graph(saver: Any, calls: list[int] | None = None) -> CompiledStateGraph[Any]:
+def charge_card_graph(saver: Any, calls: list[int] | None = None, *,
+                      fail_once: bool = False) -> CompiledStateGraph[Any]:
     """START → a ToolNode running a durable ``charge_card`` tool (each real call appends
-    its cents to ``calls``); invoke it with ``AIMessage("", tool_calls=[CHARGE_CALL])``."""
+    its cents to ``calls``); invoke it with ``AIMessage("", tool_calls=[CHARGE_CALL])``.
+    ``fail_once``: the tool step fails once after its tool ran (`fails_once_after`)."""
     from langgraph.prebuilt import ToolNode
 
     from langgraph_durable import durable_tool
@@ -144,7 +146,8 @@ def charge_card_graph(saver: Any, calls: list[int] | None = None) -> CompiledSta
         return f"charged {cents} for {order_id}"
 
     builder = StateGraph(MessagesState)
-    builder.add_node("tools", ToolNode([charge_card]))
+    node = ToolNode([charge_card])
+    builder.add_node("tools", fails_once_after(node) if fail_once else node)
     builder.add_edge(START, "tools")
     return builder.compile(checkpointer=saver)
 
