@@ -352,9 +352,13 @@ class Checker:
         for parent, kids in children.items():
             if len(kids) > 1:
                 first, second = sorted(kids, key=lambda o: o.t1)[:2]
+                # the window holds both puts and the reads they extended, never cut short
                 self.violation("fork", second, f"{first.args['id']} ({first.proc}) and "
                                f"{second.args['id']} ({second.proc}) were both acknowledged "
-                               f"extending {parent}", 0.0)
+                               f"extending {parent}", 0.0, around=first,
+                               before=max(0.0, first.t0 - second.t0) + 1.0,
+                               after=max(0.0, second.t0 - first.t1) + 0.5,
+                               workers={first.worker, second.worker})
 
     def check_final(self, thread: str, ops: list[Op], puts: list[Op], deletes: list[Op],
                     prunes: list[Op]) -> None:
@@ -411,20 +415,27 @@ class Checker:
         return f"writer {res.get('w')} n={res.get('n')}" if res.get("id") else "nothing"
 
     def violation(self, check: str, read: Op, text: str, lag: float,
-                  around: Op | None = None) -> None:
+                  around: Op | None = None, before: float = 4.0,
+                  after: float = 0.5, workers: set[str] | None = None) -> None:
         self.report.max_stale_lag = max(self.report.max_stale_lag, lag)
         focus = around or read
         self.report.violations.append(Violation(check, read.thread, text, read.t0,
-                                                self.slice(read.thread, focus, read)))
+                                                self.slice(read.thread, focus, read,
+                                                           before, after, workers)))
 
     def slice(self, thread: str, focus: Op, read: Op, before: float = 4.0,
-              after: float = 0.5) -> str:
-        """The operations on ``thread`` (and the faults) in a window around ``focus``."""
+              after: float = 0.5, workers: set[str] | None = None) -> str:
+        """The operations on ``thread`` (and the faults) in a window around ``focus``;
+        with ``workers``, only theirs and the changes of the whole thread (put, delete,
+        prune, copy), so that the lines that decide a violation are not cut."""
         lo, hi = focus.t0 - before, min(read.t1, focus.t1) + after
         lines = [f"history of {thread} from {lo - self.start:.3f} s to {hi - self.start:.3f} s"
                  " (invoked, completed, worker, op, args -> outcome result):"]
         events: list[tuple[float, str]] = []
         for op in self.by_thread[thread]:
+            if workers is not None and op.worker not in workers and op.op not in (
+                    "put", "delete", "prune", "copy"):
+                continue
             if lo <= op.t0 <= hi or (op.t0 < lo and op.t1 >= lo):
                 mark = "  <== " if op is read or op is focus else ""
                 events.append((op.t0, op.line(self.start) + mark))
@@ -433,8 +444,8 @@ class Checker:
                     f.kind == "evict" and f.detail.get("thread") == thread and lo <= f.t0 <= hi):
                 events.append((f.t0, f.line(self.start)))
         lines += [text for _, text in sorted(events, key=lambda e: e[0])]
-        if len(lines) > 80:
-            lines = [*lines[:10], f"  ... {len(lines) - 70} lines ...", *lines[-60:]]
+        if len(lines) > 120:
+            lines = [*lines[:30], f"  ... {len(lines) - 110} lines ...", *lines[-80:]]
         return "\n".join(lines)
 
 
