@@ -13,6 +13,9 @@ Look at what a `DurableSaver` stored, check the servers, run the crash-and-resum
     langgraph-durable fork THREAD CHECKPOINT      # a new thread that resumes from a checkpoint
     langgraph-durable dead-letters list           # write-behind entries Postgres rejected
     langgraph-durable sweep --max-idle 30d        # apply a retention policy (--dry-run)
+    langgraph-durable store namespaces [NS]       # the store's namespaces (--max-depth)
+    langgraph-durable store items NS              # its items under a namespace, newest first
+    langgraph-durable store get NS KEY            # one item's value
     langgraph-durable demo                        # kill an agent mid-run, resume it
 
 ``--json`` on the read commands prints one JSON document instead of a table
@@ -20,7 +23,7 @@ Look at what a `DurableSaver` stored, check the servers, run the crash-and-resum
 
 Servers come from ``--redis-url`` / ``--postgres-url`` or ``LGD_REDIS_URL`` /
 ``LGD_POSTGRES_URL``; ``--schema`` and ``--prefix`` (``LGD_SCHEMA``, ``LGD_KEY_PREFIX``)
-pick the saver's tables and keys.
+pick the saver's (and the store's) tables and keys.
 
 Exit codes: 0 success; 1 the command failed (no such thread, a call not uncertain or
 changed before resolve-all settled it, a fork target that exists, a demo check failed);
@@ -41,6 +44,7 @@ from langgraph_durable._cli import (
     operate_commands,
     read_commands,
     server_commands,
+    store_commands,
 )
 from langgraph_durable._cli.shell import out, piped_width
 from langgraph_durable._cli.target import Target
@@ -61,6 +65,11 @@ dead_letters_app = typer.Typer(
     help="Write-behind journal entries Postgres rejected.\n\nList, retry or drop them.",
     no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(dead_letters_app, name="dead-letters")
+store_app = typer.Typer(
+    help="Read the long-term memory a DurableStore holds.\n\nIts namespaces, the items "
+         "under one, one item.",
+    no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(store_app, name="store")
 
 
 @app.callback()
@@ -94,6 +103,9 @@ dead_letters_app.command("drop")(operate_commands.dead_letter_command(
     "drop", "Delete dead letters for good (their checkpoints or writes never reach Postgres)."))
 app.command(name="migrate")(operate_commands.migrate_command)
 app.command()(operate_commands.prune)
+store_app.command("namespaces")(store_commands.namespaces)
+store_app.command("items")(store_commands.items)
+store_app.command("get")(store_commands.get)
 app.command()(server_commands.doctor)
 app.command()(server_commands.demo)
 embedded_app.command("up")(server_commands.embedded_up)

@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig, validate_op_namespace
 
@@ -52,6 +52,9 @@ class DurableStore(BaseStore):
     """
 
     supports_ttl = True
+    table_version: ClassVar[int] = min(m.version for m in STORE_MIGRATIONS)
+    """The schema version that creates the store's table: a schema older than it has none
+    (`setup` or ``langgraph-durable migrate`` brings it)."""
 
     def __init__(
         self,

@@ -1,14 +1,18 @@
-"""A graph served by LangGraph's server with `DurableSaver` as its checkpointer.
+"""A graph served by LangGraph's server with `DurableSaver` as its checkpointer and
+`DurableStore` as its long-term memory store.
 
-``langgraph.json`` next to this file names the graph (``graph`` below) and the
-checkpointer (``langgraph_durable.server:checkpointer``). The graph is compiled without a
-checkpointer: the server gives it its own (``langgraph dev`` refuses one compiled in).
+``langgraph.json`` next to this file names the graph (``graph`` below), the checkpointer
+(``langgraph_durable.server.checkpointer``) and the store
+(``langgraph_durable.server.store``). The graph is compiled without either: the server
+gives it its own (``langgraph dev`` refuses a checkpointer compiled in).
 
 A message such as ``"charge order-7 1250"`` makes ``plan`` ask for two tool calls at once:
 ``charge`` (a side effect: a durable tool, so a resumed run never charges twice) and
 ``notify`` (harmless to repeat: a plain tool). ``approve`` asks a human first
 (``interrupt``); resume the thread with ``Command(resume="yes")`` to go on, anything else
-to stop.
+to stop. Once the tools ran, ``plan`` writes the run's summary to the store, under
+namespace ``("orders", ORDER)`` and key ``"summary"``: any thread, and the server's
+``/store`` API, can read it there.
 
 Two environment settings make the side effect visible (the tests use them):
 
@@ -32,6 +36,7 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from langgraph_durable import current_idempotency_key, durable_tool
@@ -63,13 +68,20 @@ async def notify(order_id: str) -> str:
     return f"notified the customer of {order_id}"
 
 
-def plan(state: State) -> dict[str, Any]:
+async def plan(state: State, runtime: Runtime) -> dict[str, Any]:
     """Stands in for a model: ``charge ORDER CENTS`` asks for both tools; after the tools
-    ran, a summary."""
+    ran, a summary, also written to the store (the server's: `DurableStore`)."""
     last = state["messages"][-1]
     if isinstance(last, ToolMessage):
         results = [str(m.content) for m in state["messages"] if isinstance(m, ToolMessage)]
-        return {"messages": [AIMessage("done: " + "; ".join(results))]}
+        summary = "done: " + "; ".join(results)
+        asked = next(m for m in reversed(state["messages"])
+                     if isinstance(m, AIMessage) and m.tool_calls)
+        args = asked.tool_calls[0]["args"]  # charge's: order_id, cents
+        if runtime.store is not None:
+            await runtime.store.aput(("orders", args["order_id"]), "summary",
+                                     {"cents": args["cents"], "text": summary})
+        return {"messages": [AIMessage(summary)]}
     words = str(last.content).split() if isinstance(last, HumanMessage) else []
     if len(words) != 3 or words[0] != "charge" or not words[2].isdigit():
         return {"messages": [AIMessage("say: charge ORDER CENTS")]}

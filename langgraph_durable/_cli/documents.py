@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.store.base import Item
 from pydantic import BaseModel
 
 from langgraph_durable._cli.actions import Settled
@@ -250,3 +251,26 @@ def dead_letters_document(prefix: str, letters: Sequence[DeadLetter]) -> Documen
         "bytes": letter.size,
         "reason": letter.reason,
     } for letter in letters]}
+
+
+def item_document(item: Item) -> Document:
+    """One store item (``store get --json``, and each of ``store items --json``)."""
+    document: Document = {"namespace": list(item.namespace), "key": item.key}
+    put(document, "value", item.value)
+    document["created_at"] = iso(item.created_at)
+    document["updated_at"] = iso(item.updated_at)
+    return document
+
+
+def namespaces_document(namespaces: Sequence[tuple[str, ...]], *, schema: str,
+                        under: Sequence[str], max_depth: int | None, more: bool) -> Document:
+    """``store namespaces --json``."""
+    return {"namespaces": [list(n) for n in namespaces], "more": more, "schema": schema,
+            "namespace_prefix": list(under), "max_depth": max_depth}
+
+
+def items_document(items: Sequence[Item], *, schema: str, namespace: Sequence[str],
+                   more: bool) -> Document:
+    """``store items --json``."""
+    return {"items": [item_document(i) for i in items], "more": more, "schema": schema,
+            "namespace": list(namespace)}

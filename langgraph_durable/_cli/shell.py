@@ -1,5 +1,5 @@
 """What every command of the command line shares: its output, options, exit codes, and
-how it opens a saver and turns the package's errors into an exit code."""
+how it opens a saver or a store and turns the package's errors into an exit code."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from langgraph_durable._cli.target import Target, parse_duration
 from langgraph_durable._embedded.layout import DATA_DIR_ENV, default_data_dir
 from langgraph_durable._tiers import probes
 from langgraph_durable._tiers.probes import HotView, probe_postgres, probe_redis
-from langgraph_durable.config import Retention, mask_url, seconds
+from langgraph_durable.config import Retention, SaverConfig, mask_url, seconds
 from langgraph_durable.errors import (
     ConfigurationError,
     DurableError,
@@ -29,6 +29,7 @@ from langgraph_durable.errors import (
     TierUnavailableError,
 )
 from langgraph_durable.saver import DurableSaver
+from langgraph_durable.store import DurableStore
 
 
 @dataclass(slots=True)
@@ -115,23 +116,56 @@ def open_saver(target: Target, *, need_schema: bool = True) -> Iterator[DurableS
     try:
         probe_postgres(saver.config.postgres_url, timeout=seconds(saver.config.tier_timeout))
         if need_schema:
-            version = saver.engine.schema_version()
-            latest = _latest_version(saver)
-            if version == 0:
-                raise ConfigurationError(
-                    f"schema {saver.config.schema!r} at {mask_url(saver.config.postgres_url)} is "
-                    f"not set up: run `langgraph-durable migrate --schema {saver.config.schema}`")
-            if version > latest:
-                raise SchemaVersionError(
-                    f"schema {saver.config.schema!r} is at version {version}, newer than this "
-                    f"langgraph-durable knows ({latest}); upgrade the package")
-            if version < latest:
-                out.errors.print(f"[yellow]warning:[/] schema {saver.config.schema!r} is at "
-                                 f"version {version} of {latest}: run `langgraph-durable "
-                                 "migrate`")
+            _check_schema(saver.engine.schema_version(), _latest_version(saver),
+                          saver.config)
         yield saver
     finally:
         saver.close()
+
+
+def _check_schema(version: int, latest: int, config: SaverConfig, *,
+                  store_table: int = 0) -> None:
+    """Refuse a schema not set up, newer than ``latest``, or (for the store's commands)
+    older than version ``store_table``, which creates the store's table; warn about one
+    older than ``latest``."""
+    how = f"run `langgraph-durable migrate --schema {config.schema}`"
+    if version == 0:
+        raise ConfigurationError(
+            f"schema {config.schema!r} at {mask_url(config.postgres_url)} is not set up: {how}")
+    if version > latest:
+        raise SchemaVersionError(
+            f"schema {config.schema!r} is at version {version}, newer than this "
+            f"langgraph-durable knows ({latest}); upgrade the package")
+    if version < store_table:
+        raise ConfigurationError(
+            f"schema {config.schema!r} at {mask_url(config.postgres_url)} is at version "
+            f"{version}, before the store's table (version {store_table}): {how}")
+    if version < latest:
+        out.errors.print(f"[yellow]warning:[/] schema {config.schema!r} is at "
+                         f"version {version} of {latest}: run `langgraph-durable "
+                         "migrate`")
+
+
+@contextmanager
+def open_store(target: Target, *, hot: bool = False) -> Iterator[DurableStore]:
+    """A store on the target, after a quick connection check and a schema check (its table
+    is there). ``hot``: the command reads Redis too (gets); a Redis that does not answer is
+    then said once, on stderr, and the store reads Postgres only."""
+    config = target.config()
+    if hot:
+        try:
+            probe_redis(config.redis_url, timeout=seconds(config.tier_timeout))
+        except TierUnavailableError as exc:
+            out.errors.print(f"[yellow]warning:[/] {escape(str(exc))}; reading Postgres only")
+    store = target.store()
+    try:
+        probe_postgres(config.postgres_url, timeout=seconds(config.tier_timeout))
+        latest = max(m.version for m in store.migrations)
+        _check_schema(store.engine.schema_version(), latest, config,
+                      store_table=store.table_version)
+        yield store
+    finally:
+        store.close()
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from langgraph_durable._tiers.probes import recorded_shards, unanswered
 from langgraph_durable.config import Retention, SaverConfig
 from langgraph_durable.errors import ConfigurationError
 from langgraph_durable.saver import DurableSaver
+from langgraph_durable.store import DurableStore
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -65,3 +66,15 @@ class Target:
             # (its breaker open), rather than wait for it once more
             saver.engine.context.breaker.failure(down)
         return saver
+
+    def store(self) -> DurableStore:
+        """A store on the target (not set up); it keeps off a Redis that did not answer
+        earlier in this command."""
+        config = self.config()
+        store = DurableStore(
+            config.redis_url, config.postgres_url, schema=config.schema,
+            key_prefix=config.key_prefix, pool_timeout=config.pool_timeout,
+            tier_timeout=config.tier_timeout)
+        if (down := unanswered(config.redis_url)) is not None:
+            store.engine.context.breaker.failure(down)
+        return store

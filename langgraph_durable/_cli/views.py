@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.store.base import Item
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
 from rich.panel import Panel
@@ -480,3 +481,73 @@ def sweep_summary(report: SweepReport) -> str:
     if report.threads_busy:
         lines.append(f"left for the next sweep: {report.threads_busy} threads busy with a writer")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------- store
+
+
+def dotted(namespace: Sequence[str]) -> str:
+    """A store namespace as the command line writes it: its labels joined by dots
+    (LangGraph forbids a dot in a label, so the form is unambiguous)."""
+    return ".".join(namespace)
+
+
+def pretty_value(value: Any, *, max_lines: int | None = None, width: int | None = None) -> str:
+    """A stored value as indented JSON, at most ``max_lines`` lines (the last of them then
+    says how many were left out) of at most ``width`` characters each (cut with ``…``);
+    ``None`` leaves that bound off."""
+    lines = json.dumps(value, indent=2, ensure_ascii=False, default=repr).splitlines()
+    if max_lines is not None and len(lines) > max_lines:
+        left = len(lines) - (max_lines - 1)
+        lines = [*lines[: max_lines - 1], f"… {left} more lines (--full shows them)"]
+    if width is not None:
+        lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
+    return "\n".join(lines)
+
+
+def namespaces_table(title: str, namespaces: Sequence[tuple[str, ...]], caption: str) -> Table:
+    """One line per namespace, in the form NAMESPACE arguments take."""
+    table = Table(title=Text(title), title_justify="left", caption=Text(caption),
+                  caption_justify="left", min_width=max(len(title), len(caption)))
+    table.add_column("namespace", style="cyan", overflow="fold")
+    for namespace in namespaces:
+        table.add_row(Text(dotted(namespace)))
+    return table
+
+
+NAME_COLUMN = 30
+"""The widest a namespace or key column of ``store items`` grows before it folds."""
+
+
+def items_table(title: str, items: Sequence[Item], caption: str, *,
+                max_lines: int | None, width: int | None) -> Table:
+    """One line per item: namespace, key, last update, and its value, at most ``max_lines``
+    lines long and cut to what is left of ``width`` columns (``None``: no bound)."""
+    table = Table(title=Text(title), title_justify="left", caption=Text(caption),
+                  caption_justify="left", min_width=max(len(title), len(caption)))
+    table.add_column("namespace", style="cyan", overflow="fold")
+    table.add_column("key", style="bold", overflow="fold")
+    table.add_column("updated", overflow="fold")
+    table.add_column("value", overflow="fold")
+    cells = [(dotted(item.namespace), item.key, when(item.updated_at, short=True))
+             for item in items]
+    room = None
+    if width is not None and cells:
+        beside = sum(min(NAME_COLUMN, max(len(row[i]) for row in cells)) for i in range(3))
+        room = max(20, width - beside - 13)  # 5 borders and 2 spaces around 4 cells
+    for (namespace, key, updated), item in zip(cells, items, strict=True):
+        table.add_row(Text(namespace), Text(key), Text(updated),
+                      Text(pretty_value(item.value, max_lines=max_lines, width=room)))
+    return table
+
+
+def item_view(item: Item, *, max_lines: int | None, width: int | None) -> RenderableType:
+    """One item: where it is, when it was written, and its value (bounded)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    grid.add_row("namespace", Text(dotted(item.namespace)))
+    grid.add_row("key", Text(item.key))
+    grid.add_row("created", Text(when(item.created_at)))
+    grid.add_row("updated", Text(when(item.updated_at)))
+    return Group(grid, Text(pretty_value(item.value, max_lines=max_lines, width=width)))

@@ -407,7 +407,8 @@ def test_python_dash_m_runs_the_cli() -> None:
 
 COMMANDS = ("threads", "history", "show", "diff", "ledger", "resolve", "resolve-all", "fork",
             "flush", "sweep", "migrate", "prune", "doctor", "demo", "embedded up",
-            "dead-letters list", "dead-letters retry", "dead-letters drop")
+            "dead-letters list", "dead-letters retry", "dead-letters drop",
+            "store namespaces", "store items", "store get")
 
 
 def test_help_lists_whole_sentences_without_type_tags() -> None:
@@ -417,7 +418,7 @@ def test_help_lists_whole_sentences_without_type_tags() -> None:
     assert overview.returncode == 0, overview.stderr
     listed = overview.stdout.partition("Commands:")[2].splitlines()
     summaries = [line.split(None, 1)[1] for line in listed if line.strip()]
-    assert len(summaries) == 16, overview.stdout
+    assert len(summaries) == 17, overview.stdout
     assert all(s.endswith(".") and not s.endswith("...") for s in summaries), summaries
     for command in COMMANDS:
         shown = run_module(*command.split(), "--help", env={"COLUMNS": "80"})

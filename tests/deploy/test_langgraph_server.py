@@ -1,15 +1,18 @@
-"""DurableSaver as the checkpointer of LangGraph's own server.
+"""DurableSaver as the checkpointer, and DurableStore as the store, of LangGraph's own server.
 
 `langgraph dev` (the ``server-test`` extra: langgraph-cli[inmem]) serves
-examples/langgraph-server/ as a user would deploy it, with ``langgraph_durable.server``
-named in its ``langgraph.json``, without ``--allow-blocking`` (so a blocking call on the
-server's event loop fails the run) and without network or LangSmith key. The tests drive
-it over HTTP with ``langgraph_sdk``: an interrupt answered, a thread copied, a run rolled
-back by another (``multitask_strategy="rollback"``), and a server killed with SIGKILL in
-the middle of a tool step and started again, in both write modes. The graph's ``charge``
-tool appends a line to a file per real charge: the count of side effects, kept outside
-the saver. What ``langgraph dev`` never calls (``aprune``, the history of a
-``DeltaChannel``) is tested on the server's adapter class directly.
+examples/langgraph-server/ as a user would deploy it, with ``langgraph_durable.server``'s
+``checkpointer`` and ``store`` named in its ``langgraph.json``, without
+``--allow-blocking`` (so a blocking call on the server's event loop fails the run) and
+without network or LangSmith key. The tests drive it over HTTP with ``langgraph_sdk``: an
+interrupt answered, a thread copied, a run rolled back by another
+(``multitask_strategy="rollback"``), and a server killed with SIGKILL in the middle of a
+tool step and started again, in both write modes. The graph's ``charge`` tool appends a
+line to a file per real charge: the count of side effects, kept outside the saver. Its
+``plan`` node writes each run's summary to the server's store, which the tests read back
+through the ``/store`` API and through a `DurableStore` of their own. What ``langgraph
+dev`` never calls (``aprune``, the history of a ``DeltaChannel``) is tested on the
+server's adapter class directly.
 """
 
 from __future__ import annotations
@@ -35,11 +38,17 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
-from langgraph_durable import ConfigurationError, DurableSaver, LedgerRecord
+from langgraph_durable import (
+    ConfigurationError,
+    DurableSaver,
+    DurableStore,
+    LedgerRecord,
+    TierUnavailableError,
+)
 from langgraph_durable._task import _wrapped_saver
-from langgraph_durable.server import checkpointer, saver_options
+from langgraph_durable.server import checkpointer, saver_options, store, store_options
 from tests.support.graphs import delta_graph
-from tests.support.servers import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_schema
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "langgraph-server"
@@ -126,6 +135,7 @@ class Served:
     mode: str
     server: DevServer
     saver: DurableSaver
+    store: DurableStore
     charges: Path
     hold: Path
     clients: list[LangGraphClient] = field(default_factory=list)
@@ -170,12 +180,14 @@ def served(request: pytest.FixtureRequest, namespace: tuple[str, str],
     server = DevServer(folder, env, folder.parent / f"server-{mode}.log")
     saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
                          write_mode=mode)  # type: ignore[arg-type]
+    ours = DurableStore(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix)
     server.start()
     try:
-        yield Served(mode, server, saver, folder / "charges.jsonl", folder / "hold")
+        yield Served(mode, server, saver, ours, folder / "charges.jsonl", folder / "hold")
     finally:
         server.stop()
         saver.close()
+        ours.close()
 
 
 async def _wait_for(what: str, served: Served, check: Callable[[], bool],
@@ -300,6 +312,36 @@ async def test_a_server_killed_mid_run_replays_the_tool_call_after_a_restart(
     assert (record.status, record.attempts) == ("succeeded", 1)
 
 
+async def test_the_server_store_is_a_durable_store_for_runs_and_the_store_api(
+        served: Served) -> None:
+    """``langgraph_durable.server.store`` is the store the server gives runs and serves
+    ``/store`` with: the summary a run wrote (``runtime.store``) is in Postgres under the
+    ``LGD_*`` schema and prefix, and an item put through ``/store`` is one that any
+    `DurableStore` on them reads, searches and lists."""
+    client = served.client()
+    order = f"order-{uuid.uuid4().hex[:6]}"
+    thread_id = await _interrupted_thread(client, order, 300)
+    await client.runs.wait(thread_id, GRAPH, command={"resume": "yes"})
+    through_api = await client.store.get_item(["orders", order], "summary")
+    assert through_api is not None
+    assert through_api["value"] == {"cents": 300, "text": _done(order, 300)}
+    ours = await served.store.aget(("orders", order), "summary")
+    assert ours is not None and ours.value == through_api["value"]
+
+    user = f"user-{uuid.uuid4().hex[:6]}"
+    await client.store.put_item(["users", user], "m1", {"text": "likes tea", "weight": 9})
+    await client.store.put_item(["users", user], "m2", {"text": "lives in Lyon", "weight": 10})
+    item = await served.store.aget(("users", user), "m1")
+    assert item is not None and item.value == {"text": "likes tea", "weight": 9}
+    # a filter on a number compares numbers (the built-in store's own search would too)
+    found = await client.store.search_items(["users", user], filter={"weight": {"$gte": 10}})
+    assert [i["key"] for i in found["items"]] == ["m2"]
+    listed = await client.store.list_namespaces(prefix=["users", user])
+    assert listed["namespaces"] == [["users", user]]
+    await client.store.delete_item(["users", user], "m1")
+    assert await served.store.aget(("users", user), "m1") is None
+
+
 # ------------------------------------------------------------ the entry point and adapter
 
 
@@ -328,6 +370,37 @@ async def test_the_entry_point_reads_the_lgd_environment(
     monkeypatch.setenv("LGD_WRITE_MODE", "sometimes")
     with pytest.raises(ConfigurationError, match="LGD_WRITE_MODE"):
         saver_options()
+
+
+async def test_the_store_entry_point_reads_the_lgd_environment(
+        namespace: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`store` builds a set-up store from the ``LGD_*`` settings (its table exists on entry)
+    and closes it; what it wrote is there for the next one. ``LGD_WRITE_MODE`` is the
+    saver's only: the store ignores it."""
+    schema, prefix = namespace
+    for name, value in (("LGD_REDIS_URL", REDIS_URL), ("LGD_POSTGRES_URL", POSTGRES_URL),
+                        ("LGD_SCHEMA", f"{schema}_store"),
+                        ("LGD_KEY_PREFIX", f"{prefix}-store"), ("LGD_WRITE_MODE", "sometimes")):
+        monkeypatch.setenv(name, value)
+    try:
+        async with store() as entered:
+            assert isinstance(entered, DurableStore)
+            assert (entered.config.schema, entered.config.key_prefix) == (
+                f"{schema}_store", f"{prefix}-store")
+            assert await entered.aget(("users", "ada"), "m1") is None
+            await entered.aput(("users", "ada"), "m1", {"text": "likes tea"})
+            assert await entered.aget(("users", "ada"), "m1") is not None  # read from Redis
+        async with store() as again:
+            item = await again.aget(("users", "ada"), "m1")
+            assert item is not None and item.value == {"text": "likes tea"}
+        assert store_options(cache_ttl=60) == {
+            "schema": f"{schema}_store", "key_prefix": f"{prefix}-store", "cache_ttl": 60}
+    finally:
+        drop_schema(f"{schema}_store")
+    monkeypatch.setenv("LGD_POSTGRES_URL", "postgresql://postgres@127.0.0.1:1/test")
+    with pytest.raises(TierUnavailableError, match="Postgres"):
+        async with store():
+            pytest.fail("entered a store whose Postgres does not answer")
 
 
 SERVER_CONFIG = {"DATABASE_URI": ":memory:", "REDIS_URI": "fake", "MIGRATIONS_PATH": "__inmem"}
