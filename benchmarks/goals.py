@@ -97,6 +97,25 @@ def _micro(op: str, measure: str, *, bound: float, savers: tuple[str, ...] = DUR
     )
 
 
+def _store(op: str, measure: str, *, bound: float) -> Goal:
+    """A goal on the p50 of one store operation of ``DurableStore`` (its saver's name is
+    write-through's) over ``PostgresStore``'s (``postgres``'s)."""
+    return Goal(
+        measure=measure,
+        section="store",
+        table="Store: single calls",
+        column="p50",
+        rows=({"op": op},),
+        savers=(THROUGH,),
+        against=POSTGRES,
+        bound=bound,
+        at_most=True,
+    )
+
+
+FLAT = 1.25
+"""A "flat" growth: the largest namespace's p50 at most this many times the smallest's."""
+
 DURABILITIES = ("sync", "async")
 
 WRITE_THROUGH_RUNS = (
@@ -160,6 +179,27 @@ GOALS: tuple[Goal, ...] = (
             scale=1e-3,
         )
         for variant, bound in (("tracked", 1.5), ("replay", 0.3))
+    ),
+    _store(
+        "get · item read before",
+        "`DurableStore.get` of an item read before (Redis read tier), over PostgresStore's",
+        bound=0.5,
+    ),
+    _store("put · new item", "`DurableStore.put` of a new item, over PostgresStore's", bound=1.0),
+    _store(
+        "search · numeric filter, limit=10",
+        "`DurableStore.search` with a numeric filter, limit=10, over PostgresStore's",
+        bound=1.2,
+    ),
+    Goal(
+        measure="`DurableStore.get` as a namespace grows: p50 in the largest namespace over "
+        'the smallest\'s ("flat")',
+        section="store",
+        table="Store: get p50 (µs) as a namespace grows",
+        column="growth",
+        savers=(THROUGH,),
+        bound=FLAT,
+        at_most=True,
     ),
 )
 

@@ -27,7 +27,16 @@ from benchmarks.goals import goals_table
 from benchmarks.machine import describe_machine, now
 from benchmarks.report import Report, Table, error_row
 from benchmarks.savers import SPECS, SPECS_BY_NAME
-from benchmarks.sections import history, ledger, macro, micro, restart, scaling, storage
+from benchmarks.sections import (
+    history,
+    ledger,
+    macro,
+    micro,
+    restart,
+    scaling,
+    storage,
+    store,
+)
 from benchmarks.settings import DEFAULT_DATABASE, FULL, QUICK, Profile, Settings, scratch_database
 from benchmarks.timing import describe
 
@@ -38,6 +47,7 @@ SECTIONS: dict[str, Callable[[Context], list[Table]]] = {
     "restart": restart.run,
     "storage": storage.run,
     "ledger": ledger.run,
+    "store": store.run,
     "scaling": scaling.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

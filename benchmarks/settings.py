@@ -53,6 +53,13 @@ class Profile:
     """Thread lengths (checkpoints) of the scaling section's read table."""
     scaling_rounds: int
     """At least 1: a replay in round ``r`` replays the call made in round ``r - 1``."""
+    store_rounds: int
+    """Measured samples per store for each operation of the store section."""
+    store_warmup: int
+    store_search_items: int
+    """Items in the namespace that the store section's filtered search reads."""
+    store_namespace_sizes: tuple[int, ...]
+    """Items in each namespace of the store section's get-as-a-namespace-grows table."""
 
     def __post_init__(self) -> None:
         if self.ledger_warmup < 1:
@@ -84,6 +91,10 @@ FULL = Profile(
     scaling_state_bytes=(1024, 10 * 1024, 100 * 1024, 1024 * 1024),
     scaling_lengths=(10, 100, 1000, 10_000),
     scaling_rounds=50,
+    store_rounds=1000,
+    store_warmup=50,
+    store_search_items=1000,
+    store_namespace_sizes=(100, 1000, 10_000, 100_000),
 )
 
 QUICK = Profile(
@@ -109,6 +120,10 @@ QUICK = Profile(
     scaling_state_bytes=(1024, 100 * 1024),
     scaling_lengths=(10, 100),
     scaling_rounds=5,
+    store_rounds=40,
+    store_warmup=5,
+    store_search_items=1000,
+    store_namespace_sizes=(100, 1000, 10_000),
 )
 
 PROFILES = {profile.name: profile for profile in (FULL, QUICK)}
