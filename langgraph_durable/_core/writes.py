@@ -396,10 +396,8 @@ def mutate_threads(
     are locked before ``statements`` run, so every put of the threads either committed
     before them (and they see it) or waits for this commit. Unless the threads are
     deleted, each remaining namespace then gets a new version and its head back: the
-    newest checkpoint, read under the head rows' lock taken again just before (a put may
-    have started a namespace's row since the first lock, as the first write after a
-    delete does). Read before a put committed, the rebuild took the put's head back and a
-    second put from the old head was acknowledged: a fork.
+    newest checkpoint, read under the head rows' lock taken again just before, with the
+    heads table held against writes from the start (`LOCK_HEADS_TABLE_SQL` says why).
     ``tokens``: the threads' intents, when the caller announced them (`claim_threads`, a
     sweep's claims; ``None`` for a thread whose Redis was bypassed)."""
     keyed = [ctx.layout.thread(t) for t in thread_ids]
@@ -417,8 +415,10 @@ def mutate_threads(
         if deletes
         else [lock, Statement(ctx.statements.rebuild_heads_sql, {"thread_ids": list(thread_ids)})]
     )
+    table = [] if deletes else [Statement(ctx.statements.lock_heads_table_sql, {})]
     result: list[Any] = yield Cold(
         (
+            *table,
             Statement(ctx.statements.tombstone_sql, {}, fetch=True),
             lock,
             *statements,
@@ -426,6 +426,7 @@ def mutate_threads(
             *marks,
         )
     )
+    result = result[len(table):]
     tombstone = int(result[0][0]["version"])
     for keys, token in zip(keyed, announced, strict=True):
         if token is not None:

@@ -58,7 +58,8 @@ def test_the_walk_stops_at_a_parent_that_is_gone() -> None:
 def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> None:
     """prune(keep_latest): drain the journal (empty here), the write intent (from now on
     a write-behind write of the thread goes through Postgres), drain again (a write made
-    in between), scan, then one transaction that takes a tombstone version, deletes
+    in between), scan, then one transaction that holds the heads table against writes,
+    takes a tombstone version, deletes
     everything outside the keep set (plus orphan blobs) and gives each remaining namespace
     its head back, and the hot copy's drop with that tombstone."""
     st = ctx.statements
@@ -69,15 +70,16 @@ def test_prune_deletes_all_but_the_keep_set_in_one_transaction(ctx: Context) -> 
         empty_journal("t"),
         (cold(st.no_jit_sql, st.prune_scan_sql), [None, [_row("c1", None, stored=["m"]),
                                                   _row("c2", "c1", counters={"m": 1})]]),
-        (cold(st.tombstone_sql, st.lock_heads_sql, st.no_jit_sql, st.prune_delete_sql,
-              st.delete_orphan_blobs_sql, st.lock_heads_sql, st.rebuild_heads_sql),
-         [[{"version": 17}], None, None, [], None, None, None]),
+        (cold(st.lock_heads_table_sql, st.tombstone_sql, st.lock_heads_sql, st.no_jit_sql,
+              st.prune_delete_sql, st.delete_orphan_blobs_sql, st.lock_heads_sql,
+              st.rebuild_heads_sql),
+         [None, [{"version": 17}], None, None, [], None, None, None]),
         (hot("drop_thread", [keys.intents, keys.registry, keys.versions, keys.unflushed]), 1),
     ])
     script.run(ops.prune(ctx, ["t1"], "keep_latest"))
     assert script.done
     assert script.requests[3].statements[1].params == {"thread_ids": ["t1"]}
-    tombstone, lock, _, delete, _, relock, heads = script.requests[4].statements
+    _, tombstone, lock, _, delete, _, relock, heads = script.requests[4].statements
     assert lock.params == relock.params == {"thread_ids": ["t1"]}
     assert tombstone.fetch
     assert delete.params == {

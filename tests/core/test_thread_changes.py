@@ -66,15 +66,16 @@ def test_copy_rebuilds_the_targets_heads_and_drops_only_the_target(ctx: Context)
     script = Script([
         empty_journal("t"),
         (hot("intent", [target.intents, target.unflushed, target.versions]), 0),
-        (cold(st.tombstone_sql, st.lock_heads_sql, st.copy_thread_sql,
-              ledger_statements("s").copy_thread, st.lock_heads_sql, st.rebuild_heads_sql),
-         [[{"version": 50}], None, None, None, None, None]),
+        (cold(st.lock_heads_table_sql, st.tombstone_sql, st.lock_heads_sql,
+              st.copy_thread_sql, ledger_statements("s").copy_thread, st.lock_heads_sql,
+              st.rebuild_heads_sql),
+         [None, [{"version": 50}], None, None, None, None, None]),
         (hot("drop_thread", [target.intents, target.registry, target.versions,
                           target.unflushed]), 0),
     ])
     script.run(ops.copy_thread(ctx, "a", "b"))
     assert script.done
-    _, lock, copy, _, relock, heads = script.requests[2].statements
+    _, _, lock, copy, _, relock, heads = script.requests[2].statements
     assert lock.params == relock.params == {"thread_ids": ["b"]}
     assert copy.params == {"source": "a", "target": "b", "up_to": None}
     assert heads.params == {"thread_ids": ["b"]}

@@ -84,17 +84,18 @@ def test_a_put_extending_a_deleted_history_removes_what_came_first_and_says_dele
     script = Script([
         *_refused_put(ctx, {"head": None, "run_id": None, "deleted": True}),
         (hot("intent"), 0),
-        (cold(st.tombstone_sql, st.lock_heads_sql, st.extend_deleted_sql,
-              st.forget_deleted_sql, st.lock_heads_sql, st.rebuild_heads_sql),
-         [[{"version": 40}], None, None, None, None, None]),
+        (cold(st.lock_heads_table_sql, st.tombstone_sql, st.lock_heads_sql,
+              st.extend_deleted_sql, st.forget_deleted_sql, st.lock_heads_sql,
+              st.rebuild_heads_sql),
+         [None, [{"version": 40}], None, None, None, None, None]),
         (hot("drop_thread"), 0),
     ])
     with pytest.raises(ThreadConflictError) as raised:
         script.run(op)
     assert script.done
     forget = script.requests[5].statements
-    assert forget[1].params == {"thread_ids": [THREAD]}
-    assert forget[2].params == forget[3].params == {
+    assert forget[2].params == {"thread_ids": [THREAD]}
+    assert forget[3].params == forget[4].params == {
         "thread_id": THREAD, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
     assert raised.value.deleted and raised.value.expected == PARENT
     assert "deleted while this run worked" in str(raised.value)

@@ -57,6 +57,7 @@ class Statements(Rendered):
     head_sql: sql.SQL
     known_types_sql: sql.SQL
     lock_heads_sql: sql.SQL
+    lock_heads_table_sql: sql.SQL
     mark_hot_stale_sql: sql.SQL
     newest_mark_sql: sql.SQL
     order_marks_sql: sql.SQL

@@ -198,6 +198,18 @@ SELECT count(*) AS blobs, coalesce(sum(n), 0) AS bytes FROM gone
 # every version before the change and below every one the change itself gives.
 TOMBSTONE_SQL = "SELECT " + NEXT_VERSION + " AS version"
 
+# First in a transaction that rebuilds heads (a prune, a copy, delete_for_runs, the cleanup
+# of a put refused in a deleted history): no head row is written, and none is started,
+# until it commits. The row locks of `LOCK_HEADS_SQL` hold only the rows their snapshot
+# saw: a namespace's first write (a root put, a flush, writes first) that commits after
+# them starts a row they do not hold, and a put extending it could then commit while the
+# rebuild, whose snapshot saw the root but not the put, waits for its row and then sets
+# the head back to the root (a second child of the root acknowledged: a fork). The table
+# lock lets every write in flight finish first and holds the others until the commit;
+# reads (and other row locks) go on. It is taken before any row lock, so it waits for no
+# one who waits for it.
+LOCK_HEADS_TABLE_SQL = "LOCK TABLE {schema}.lgd_heads IN SHARE ROW EXCLUSIVE MODE"
+
 # After a change to whole threads: every remaining namespace gets a new version and its
 # newest checkpoint as head (delete_for_runs may have removed the head). %(thread_ids)s
 REBUILD_HEADS_SQL = (
