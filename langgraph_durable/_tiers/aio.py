@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Generator
@@ -54,6 +55,10 @@ from langgraph_durable._tiers.common import (
 from langgraph_durable._tiers.watchdog import Watchdog
 from langgraph_durable.config import SaverConfig, seconds
 from langgraph_durable.errors import TierUnavailableError
+
+# How often a transaction Postgres rolled back (a deadlock, a serialization failure) runs
+# again before its error reaches the caller.
+ROLLBACK_RETRIES = 3
 
 T = TypeVar("T")
 logger = logging.getLogger("langgraph_durable")
@@ -389,7 +394,11 @@ class Tiers:
         try:
             result = await self._cold(request)
         except TierUnavailableError as exc:
-            breaker.failure(exc, started=started)
+            if isinstance(exc.__cause__, psycopg.OperationalError) and rolled_back_by_postgres(
+                    exc.__cause__):
+                breaker.recovered()  # Postgres answered: it rolled the transaction back
+            else:
+                breaker.failure(exc, started=started)
             raise
         except Exception:
             breaker.recovered()  # Postgres answered (a refusal, a missing table)
@@ -397,7 +406,8 @@ class Tiers:
         breaker.recovered()
         return result
 
-    async def _cold(self, request: Cold, *, retry: bool = True) -> list[Any]:
+    async def _cold(self, request: Cold, *, retry: bool = True, rolled_back: int = 0
+                    ) -> list[Any]:
         watch = None  # set once a connection is lent: a failure from then on is its own
         try:
             async with self._pooled() as conn:
@@ -412,6 +422,13 @@ class Tiers:
         except REJECTED_ERRORS as exc:
             raise cold_rejected(exc) from exc
         except psycopg.OperationalError as exc:
+            # Postgres rolled the transaction back to break a deadlock between two of the
+            # saver's own transactions (or a serialization failure): nothing of it was
+            # committed, and running it again is what the caller asked for. A sign of
+            # contention, not of Postgres being unavailable (`cold` keeps its breaker shut)
+            if rolled_back_by_postgres(exc) and rolled_back < ROLLBACK_RETRIES:
+                await asyncio.sleep(random.uniform(0.005, 0.025) * (rolled_back + 1))
+                return await self._cold(request, retry=retry, rolled_back=rolled_back + 1)
             # a pooled connection that died (Postgres restarted, a proxy cut it): drop the
             # idle ones and try once more; a connection the pool could not make or lend
             # in time, or one the watchdog shut down, is Postgres not answering, and a
@@ -480,3 +497,9 @@ class Tiers:
 def conn_was_broken(exc: psycopg.OperationalError) -> bool:
     """Whether the error came from a connection that died (not a statement that failed)."""
     return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
+
+
+def rolled_back_by_postgres(exc: psycopg.OperationalError) -> bool:
+    """Whether Postgres rolled the transaction back to resolve a conflict with another
+    (class 40: a deadlock, a serialization failure): it may simply run again."""
+    return bool(exc.sqlstate and exc.sqlstate.startswith("40"))

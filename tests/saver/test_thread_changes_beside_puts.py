@@ -220,3 +220,43 @@ def test_a_root_that_commits_just_before_the_rebuild_keeps_its_child_the_head(
     assert head == (n2,), f"the head went back to the root {n1}: {head}"
     assert not held, "the new run's first write went on while the prune held the heads"
 
+
+def test_a_transaction_postgres_rolls_back_to_break_a_deadlock_runs_again(
+    make_saver: type[DurableSaver], namespace: tuple[str, str]
+) -> None:
+    """A prune waits for a checkpoint row another transaction holds, which in turn waits for
+    the heads the prune holds: Postgres breaks the deadlock by rolling the prune back (it
+    waited first). The prune runs again once the other transaction is through and
+    succeeds, and the saver goes on (a deadlock is no unavailable Postgres: before, the
+    prune raised `TierUnavailableError` and every call failed for a breaker cooldown)."""
+    schema, _ = namespace
+    saver = make_saver(write_mode="through")
+    thread = f"deadlock-{uuid.uuid4()}"
+    old = put_value(saver, thread, "one")["configurable"]["checkpoint_id"]  # type: ignore[index]
+    new = put_value(saver, thread, "two")["configurable"]["checkpoint_id"]  # type: ignore[index]
+    outcome: dict[str, BaseException | None] = {}
+
+    def prune() -> None:
+        try:
+            saver.prune([thread])
+            outcome["prune"] = None
+        except BaseException as exc:  # the test reads it
+            outcome["prune"] = exc
+
+    table = f'"{schema}"'
+    with psycopg.connect(POSTGRES_URL) as other, psycopg.connect(
+            POSTGRES_URL, autocommit=True) as watching:
+        other.execute(f"SELECT 1 FROM {table}.lgd_checkpoints WHERE thread_id = %s "
+                      "AND checkpoint_id = %s FOR UPDATE", (thread, old))
+        pruning = threading.Thread(target=prune)
+        pruning.start()
+        wait_for_row_lock(watching, schema, "lgd_checkpoints")  # the prune's delete waits
+        # the other transaction now waits for the heads the prune holds: a deadlock
+        other.execute(f"UPDATE {table}.lgd_heads SET written_at = now() WHERE thread_id = %s",
+                      (thread,))
+        other.commit()
+        pruning.join(30)
+    assert not pruning.is_alive()
+    assert outcome["prune"] is None, outcome["prune"]
+    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": thread}})] \
+        == [new]
