@@ -28,8 +28,9 @@ The checks, per thread:
 4. **Deleted stays deleted.** No read invoked after a delete completed returns a
    checkpoint acknowledged before the delete was invoked (same bounded exception).
 5. **No silent fork.** No two acknowledged puts extend the same checkpoint (each worker
-   thread reads the latest and extends it, a compare-and-set), and the final head's parent
-   chain holds every checkpoint acknowledged since the thread's last delete.
+   thread reads the latest and extends it, a compare-and-set), no two roots are
+   acknowledged without a delete between them (two first runs of a thread), and the final
+   head's parent chain holds every checkpoint acknowledged since the thread's last delete.
 
 A violation is printed with the history slice around it: the operations on its thread in
 a window around the violating read, and the faults then.
@@ -38,6 +39,7 @@ a window around the violating read, and the faults then.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -344,7 +346,19 @@ class Checker:
 
     def check_forks(self, thread: str, ops: list[Op], puts: list[Op], put_of: dict[str, Op],
                     deletes: list[Op]) -> None:
-        """5. No two acknowledged puts extend the same checkpoint."""
+        """5. No two acknowledged puts extend the same checkpoint, and no two roots were
+        acknowledged without a delete between them (two first runs of a thread: each read
+        it empty, the second to commit must find a head)."""
+        roots = sorted((p for p in puts if not p.args.get("parent")
+                        and not p.id.endswith("/copied")), key=lambda o: o.t1)
+        for first, second in itertools.pairwise(roots):
+            if not any(d.t1 >= first.t0 and d.t0 <= second.t1 for d in deletes):
+                self.violation("fork", second, f"roots {first.args['id']} ({first.proc}) "
+                               f"and {second.args['id']} ({second.proc}) were both "
+                               "acknowledged with no delete between them", 0.0,
+                               around=first, before=max(0.0, first.t0 - second.t0) + 1.0,
+                               after=max(0.0, second.t0 - first.t1) + 0.5,
+                               workers={first.worker, second.worker})
         children: dict[str, list[Op]] = defaultdict(list)
         for p in puts:
             if p.args.get("parent") and not p.id.endswith("/copied"):

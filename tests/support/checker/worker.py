@@ -22,7 +22,9 @@ What a call records (``args`` on the invoke line, ``result`` on the completion l
 Each worker thread passes a runtime object of its own in its configs, as LangGraph does for
 a run, so its read-then-put is a compare-and-set on the head (`_core/lineage.py`): two puts
 that extend the same checkpoint cannot both be acknowledged. Reads by id use a second
-runtime object, so they never turn the thread's next put into a fork.
+runtime object, so they never turn the thread's next put into a fork. ``run`` makes a short
+run under a runtime object of its own (a process serving many runs); ``update`` reads by id
+and then updates outside any run (``update_state`` after a UI's read by id).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ POOL_TIMEOUT = 3.0
 # How often each kind of thread picks each operation (weights).
 ROLES: dict[str, dict[str, int]] = {
     "mixed": {"put": 30, "put_writes": 15, "read": 30, "by_id": 8, "list": 10,
-              "delete": 1, "copy": 2, "prune": 2},
+              "delete": 1, "copy": 2, "prune": 2, "run": 6, "update": 3},
     "writer": {"put": 1},
     "reader": {"read": 1},
 }
@@ -121,9 +123,12 @@ class Worker:
         self.seen: dict[str, list[str]] = {}  # checkpoint ids this thread saw, per thread
 
     def config(self, thread: str, checkpoint_id: str | None = None,
-               runtime: object | None = None) -> RunnableConfig:
-        conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": "",
-                                RUN_KEY: runtime or self.runtime}
+               runtime: object | None = None, *, in_run: bool = True) -> RunnableConfig:
+        """A config of this thread's run (``runtime``: another run's), or with ``in_run``
+        false one of a call outside any run (``update_state``, a UI's read by id)."""
+        conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+        if in_run:
+            conf[RUN_KEY] = runtime or self.runtime
         if checkpoint_id is not None:
             conf["checkpoint_id"] = checkpoint_id
         return {"configurable": conf}
@@ -205,6 +210,12 @@ class Worker:
         ok, tup = self.read_latest(thread)
         if not ok:  # the head is unknown: no put follows
             return
+        self.put_on(thread, tup, lambda parent: self.config(thread, parent))
+
+    def put_on(self, thread: str, tup: CheckpointTuple | None,
+               config: Any) -> CheckpointTuple | None:
+        """Put a child of ``tup`` (a root when ``None``) with the config ``config(parent)``
+        gives; returns the new checkpoint as a tuple once acknowledged, else ``None``."""
         n = self.counters.get(thread, 0) + 1
         self.counters[thread] = n
         checkpoint = empty_checkpoint()
@@ -214,12 +225,43 @@ class Worker:
         checkpoint["channel_values"] = {"value": {"w": self.name, "n": n}}
         checkpoint["channel_versions"] = {"value": version}
         parent = tup.checkpoint["id"] if tup else None
-        config = self.config(thread, parent)
-        self.call("put", thread, {"id": checkpoint["id"], "parent": parent, "w": self.name,
-                                  "n": n},
-                  lambda: self.saver.put(config, checkpoint,
-                                         {"source": "loop", "step": n, "parents": {}},
-                                         {"value": version}))
+        conf = config(parent)
+        ok, _ = self.call("put", thread, {"id": checkpoint["id"], "parent": parent,
+                                          "w": self.name, "n": n},
+                          lambda: self.saver.put(conf, checkpoint,
+                                                 {"source": "loop", "step": n, "parents": {}},
+                                                 {"value": version}))
+        return CheckpointTuple(conf, checkpoint, {}) if ok else None
+
+    def op_run(self, thread: str) -> None:
+        """A short run of its own, as a worker serving many runs makes them: a runtime
+        object of its own, a read of the latest, then one to three steps, each extending
+        the one before, some after a pause (a slow tool call)."""
+        runtime = object()
+        ok, tup = self.call("read", thread, {}, lambda: self.saver.get_tuple(
+            self.config(thread, runtime=runtime)))
+        if not ok:
+            return
+        for _ in range(self.rng.randint(1, 3)):
+            if self.rng.random() < 0.3:
+                time.sleep(self.rng.uniform(0.0, 0.05))
+            tup = self.put_on(thread, tup, lambda parent: self.config(thread, parent, runtime))
+            if tup is None:
+                return
+
+    def op_update(self, thread: str) -> None:
+        """``update_state`` after a UI showed a checkpoint by id, both outside any run: a
+        read by id, a read of the latest, a put extending it."""
+        seen = self.seen.get(thread)
+        if seen:
+            checkpoint_id = self.rng.choice(seen[-20:])
+            config = self.config(thread, checkpoint_id, in_run=False)
+            self.call("by_id", thread, {"id": checkpoint_id},
+                      lambda: self.saver.get_tuple(config))
+        ok, tup = self.call("read", thread, {}, lambda: self.saver.get_tuple(
+            self.config(thread, in_run=False)))
+        if ok:
+            self.put_on(thread, tup, lambda parent: self.config(thread, parent, in_run=False))
 
     def op_put_writes(self, thread: str) -> None:
         _, tup = self.read_latest(thread)
