@@ -384,3 +384,35 @@ def test_misuse_is_reported(saver: DurableSaver) -> None:
     echo = echo_tool(saver, [])
     with pytest.raises(ConfigurationError, match="thread_id"):
         echo.invoke(tool_call("echo", {"x": 1}), {})
+
+
+def test_a_call_whose_step_never_reaches_postgres_gives_up_within_write_deadline(
+    make_saver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written behind, a durable tool first waits for the checkpoint that decided its step
+    to reach Postgres, draining the journal at each look. When it never does (here each
+    drain takes 0.3 s and moves nothing), the tool does not run and `ToolCallError` comes
+    within ``write_deadline`` of wall time. (The bound once counted only the pauses
+    between looks, not the drains: a tool in the chaos soak waited 12 minutes instead of
+    30 s.)"""
+    import time
+
+    from langgraph_durable._core import journal
+    from tests.support.graphs import CHARGE_CALL, charge_card_graph
+
+    saver = make_saver(write_mode="behind", write_deadline=1.0, flush_interval=3600)
+
+    def slow_drain(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)
+        return 0
+        yield  # a generator, as the real one is
+
+    monkeypatch.setattr(journal, "flush", slow_drain)
+    calls: list[int] = []
+    graph = charge_card_graph(saver, calls)
+    started = time.monotonic()
+    with pytest.raises(ToolCallError, match="write_deadline"):
+        graph.invoke({"messages": [AIMessage("", tool_calls=[CHARGE_CALL])]},
+                     thread_config(new_thread()))
+    assert time.monotonic() - started < 3.0
+    assert calls == []

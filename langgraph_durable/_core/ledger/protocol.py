@@ -23,6 +23,7 @@ its own, so a call that never ran is not taken for an interrupted one.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -183,8 +184,10 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
     where = {"thread_id": spec.thread_id, "namespaces": list(deciding),
              "checkpoint_ids": list(deciding.values()), "key": spec.key}
     decision = statements(ctx.config.schema).decision
-    waited, polls = 0.0, 0
+    # the bound is wall time: each look also drains the journal, which takes its own time
+    started, polls = time.monotonic(), 0
     while True:
+        waited = time.monotonic() - started
         row = (yield Cold.one(decision, where, fetch=True))[0][0]
         if row["key"] is not None:
             seen = from_row(ctx, row)
@@ -205,7 +208,7 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
             polls = 1
             continue
         delay = max(0.001, min(_DECIDING.compute(polls), deadline - waited))
-        polls, waited = polls + 1, waited + delay
+        polls += 1
         yield Pause(delay)
         if behind:
             yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
