@@ -233,6 +233,7 @@ async def _quiet(probes: Probes, seconds: float) -> Quiet:
 class Sample:
     """What one round of one saver did and cost (server-wide figures net of the background)."""
 
+    round: int
     tally: Tally
     invoke_s: float
     total_s: float
@@ -292,6 +293,7 @@ async def _round(
         if wal_quiet.postgres_background_ns is not None:
             background_ns -= wal_quiet.postgres_background_ns
     return Sample(
+        round=round_,
         tally=tally,
         invoke_s=invoked - start,
         total_s=end - start,
@@ -457,6 +459,40 @@ def _summary(names: Sequence[str], rows: Mapping[str, Row]) -> Table:
     return table
 
 
+ROUND_KEYS = (
+    "steps_per_s",
+    "cpu_ms",
+    "python_ms",
+    "redis_cpu_ms",
+    "postgres_cpu_ms",
+    "commits",
+    "wal_b",
+    "wal_cluster_b",
+    "redis_commands",
+)
+ROUND_COLUMNS = (
+    SAVER,
+    Column("round", "round", "int"),
+    *(Column(m.key, m.label, m.format) for m in MEASURES if m.key in ROUND_KEYS),
+    Column("background", "subtracted as background"),
+)
+
+
+def _round_rows(name: str, runs: Runs) -> list[Row]:
+    """Each measured round of one saver, in the order they ran."""
+    rows: list[Row] = []
+    for sample in runs.samples:
+        row: Row = {"saver": name, "round": sample.round}
+        row |= {m.key: m.of(sample, runs.uses_redis) for m in MEASURES if m.key in ROUND_KEYS}
+        back = sample.background
+        row["background"] = (
+            f"{back.redis.commands:,} Redis commands, {back.redis.net_bytes:,} B, "
+            f"{back.wal:,} WAL B"
+        )
+        rows.append(row)
+    return rows
+
+
 DATA_COLUMNS = (
     SAVER,
     *(Column(m.key, m.label, m.format) for m in (*MEASURES, *ROUND_MEASURES)),
@@ -568,7 +604,17 @@ async def _run(ctx: Context, names: Sequence[str], table: Table) -> list[Table]:
         "The figures of the table above, one row per saver (the goals read them here); "
         "steps/s by round in the order the rounds ran."
     ]
-    return [summary, table]
+    rounds = Table(
+        SECTION,
+        "Load: each measured round",
+        ROUND_COLUMNS,
+        [row for name in names for row in _round_rows(name, runs[name])],
+        notes=[
+            "Per node step, as above; round numbers count the warm-up. The last column is "
+            "what the quiet baseline subtracted from the round's server-wide counters."
+        ],
+    )
+    return [summary, table, rounds]
 
 
 def run(ctx: Context) -> list[Table]:
