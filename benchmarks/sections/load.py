@@ -323,6 +323,8 @@ class Measure:
     format: Format
     of: Callable[[Sample, bool], float | None]
     """The figure of a sample; the flag says whether the saver uses Redis."""
+    compared: bool = True
+    """Whether the summary gives its ratio to the baseline's."""
 
 
 def _per_step(value: float | None, sample: Sample) -> float | None:
@@ -371,6 +373,7 @@ MEASURES: tuple[Measure, ...] = (
     Measure(
         "background_ms", "CPU, Postgres background processes (cluster), ms", "ms",
         lambda s, r: _per_step(_ms(s.postgres_background_ns), s),
+        compared=False,
     ),
     Measure("commits", "Postgres commits", "number",
             lambda s, r: _per_step(s.database["xact_commit"], s)),
@@ -452,6 +455,7 @@ def _summary(names: Sequence[str], rows: Mapping[str, Row]) -> Table:
                 and isinstance(reference, int | float)
                 and reference > 0
                 and measure in MEASURES
+                and measure.compared
             ):
                 cell += f" ({value / reference:.2f}x)"
             line[name] = cell
@@ -544,7 +548,7 @@ def _notes(ctx: Context, probes: Probes, runs: Mapping[str, Runs]) -> list[str]:
         f"for the saver's database (client backends, autovacuum workers), from "
         f"{cpu_source()}. Every process = the three (Redis not counted for the savers that "
         "do not use it). Postgres background processes (checkpointer, walwriter, background "
-        "writer; cluster-wide, so shared with other clients) are shown apart.",
+        "writer; cluster-wide, so shared with other clients) are shown apart, without a ratio.",
         "Postgres commits and rows: pg_stat_database of the saver's database (xact_commit; "
         "tup_inserted + tup_updated + tup_deleted), read once its backends have exited. "
         + wal
@@ -552,7 +556,10 @@ def _notes(ctx: Context, probes: Probes, runs: Mapping[str, Runs]) -> list[str]:
         "Redis commands: INFO commandstats calls (commands run by scripts count); bytes: "
         "total_net_input_bytes + total_net_output_bytes. Both server-wide, less the readings' "
         f"own INFO and less a quiet baseline: the same counters over {profile.load_quiet_s} s "
-        "with no saver open before each round, scaled to the round. " + background,
+        "with no saver open before each round, scaled to the round. So are redis-server's "
+        "CPU and the cluster's WAL and background processes: other clients' bursts make "
+        "these noisy (the last table shows what each round lost to the baseline); give the "
+        "run servers of its own for exact ones. " + background,
     ]
 
 
