@@ -69,7 +69,8 @@ class Profile:
     load_rounds: int
     """Measured rounds per saver of the load section (interleaved; medians are reported)."""
     load_warmup: int
-    """Discarded rounds per saver before the load section's measured ones."""
+    """Discarded rounds per saver before the load section's measured ones (each round also
+    warms its saver up, untimed, before it starts)."""
     load_quiet_s: float
     """Seconds of the quiet window before each load round, whose server-wide counters
     (Redis, the cluster's WAL and background processes) give the baseline subtracted."""
@@ -112,7 +113,7 @@ FULL = Profile(
     load_concurrency=50,
     load_invokes=4,
     load_rounds=3,
-    load_warmup=1,
+    load_warmup=0,
     load_quiet_s=2.0,
 )
 
@@ -147,7 +148,7 @@ QUICK = Profile(
     load_concurrency=10,
     load_invokes=4,
     load_rounds=2,
-    load_warmup=1,
+    load_warmup=0,
     load_quiet_s=0.5,
 )
 

@@ -8,12 +8,17 @@ Postgres backends, Postgres's commits, rows and WAL, and Redis's commands and by
 baseline is ``AsyncPostgresSaver`` on an 8-connection ``psycopg_pool``, as LangGraph's
 server runs it; the single-connection one runs beside it.
 
+A round opens the saver, runs an untimed warm-up of ``load_concurrency`` threads (so that
+its connections are open, its statements prepared and its caches filled, as in a server
+that has been running), drains it, and only then reads the counters and runs the round.
+
 How each figure is kept apart from everything else on the servers:
 
 - Every saver has a scratch database of its own, so ``pg_stat_database`` (commits, rows)
-  counts its work alone; its counters are read once its backends have exited (a backend
-  writes its statistics to shared memory as it exits; a live, idle one may hold them for
-  up to 10 s). The CPU of its backends is read from ``/proc`` by the pids
+  counts its work alone. A backend writes its statistics to shared memory as it exits (a
+  live, idle one may hold them for up to 10 s), so these counters are read before the saver
+  opens and after its backends have exited: they cover the warm-up too, and are divided by
+  the node steps of both. The CPU of its backends is read from ``/proc`` by the pids
   ``pg_stat_activity`` lists for that database.
 - WAL is cluster-wide: the records of the saver's database are picked out with
   ``pg_walinspect`` (those touching its relations, and their transactions' commit records);
@@ -23,6 +28,8 @@ How each figure is kept apart from everything else on the servers:
   with no saver open right before each round, scaled to the round's length.
 - Savers are opened anew for each round and closed after it (their data stays), so no other
   saver's connections or flusher threads live in this process during a round.
+- Every other figure covers the round alone: from after the warm-up's drain to after the
+  round's.
 """
 
 from __future__ import annotations
@@ -244,6 +251,9 @@ class Sample:
     backends: CpuDelta | None
     postgres_background_ns: int | None
     database: dict[str, int]
+    """``pg_stat_database``'s counts over the warm-up invocations and the round's."""
+    database_steps: int
+    """The node steps those counts cover."""
     wal_database: int | None
     wal_cluster: int
     background: Quiet
@@ -254,27 +264,38 @@ class Sample:
         return self.tally.invokes * STEPS_PER_INVOKE
 
 
+async def _invocations(
+    graph: Any, gate: asyncio.Semaphore, prefix: str, threads: int, invokes: int, tally: Tally
+) -> None:
+    """``threads`` new threads of ``invokes`` invocations each, ``gate`` bounding them."""
+    await asyncio.gather(
+        *(_thread(graph, gate, f"{prefix}-{index}", invokes, tally) for index in range(threads))
+    )
+
+
 async def _round(
     ctx: Context, probes: Probes, ns: Namespace, oid: int, round_: int, quiet: Quiet
 ) -> Sample:
-    """Open the saver, run the round's threads, drain, close; read every counter around it."""
+    """Open the saver, warm its connections, run the round's threads, drain, close; read
+    every counter around it."""
     profile, pg, rd = ctx.profile, probes.postgres, probes.redis
-    database, tally = ns.settings.database, Tally()
+    database, tally, warm = ns.settings.database, Tally(), Tally()
     builder = chat_graph(async_nodes=True)
+    counters = pg.database_counters(database)  # no client connected: nothing pending
     opening = OPENERS[ns.saver](ns)
     async with _aclosing_reported(opening, ns.saver) as saver:
         graph = builder.compile(checkpointer=saver)
         gate = asyncio.Semaphore(profile.load_concurrency)
-        thread_ids = [f"load-{round_}-{index}" for index in range(profile.load_threads)]
+        concurrency, invokes = profile.load_concurrency, profile.load_invokes
+        await _invocations(graph, gate, f"load-{round_}-warm", concurrency, invokes, warm)
+        await adrain(saver)
         gc.collect()
-        counters, lsn, wal_started = pg.database_counters(database), pg.wal_lsn(), time.monotonic()
+        lsn, wal_started = pg.wal_lsn(), time.monotonic()
         background, backends = pg.background_cpu(), pg.backends_cpu(database)
         redis_before, redis_started = rd.read(), time.monotonic()
         cpu = self_cpu_s()
         start = time.perf_counter()
-        await asyncio.gather(
-            *(_thread(graph, gate, t, profile.load_invokes, tally) for t in thread_ids)
-        )
+        await _invocations(graph, gate, f"load-{round_}", profile.load_threads, invokes, tally)
         invoked = time.perf_counter()
         drained = await adrain(saver)
         end = time.perf_counter()
@@ -292,6 +313,9 @@ async def _round(
         background_ns = cpu_delta(background, background_after).ns
         if wal_quiet.postgres_background_ns is not None:
             background_ns -= wal_quiet.postgres_background_ns
+    tally.failures += warm.failures
+    tally.wrong += warm.wrong
+    tally.first_error = tally.first_error or warm.first_error
     return Sample(
         round=round_,
         tally=tally,
@@ -305,6 +329,7 @@ async def _round(
         else cpu_delta(backends, backends_after),
         postgres_background_ns=background_ns,
         database={key: counters_after[key] - counters[key] for key in counters},
+        database_steps=(warm.invokes + tally.invokes) * STEPS_PER_INVOKE,
         wal_database=None if wal_database is None else wal_database[0],
         wal_cluster=pg.wal_bytes(lsn, lsn_after) - wal_quiet.wal,
         background=dataclasses.replace(wal_quiet, redis=redis_quiet.redis),
@@ -329,6 +354,10 @@ class Measure:
 
 def _per_step(value: float | None, sample: Sample) -> float | None:
     return None if value is None or not sample.steps else value / sample.steps
+
+
+def _database_per_step(value: int, sample: Sample) -> float | None:
+    return value / sample.database_steps if sample.database_steps else None
 
 
 def _ms(ns: int | None) -> float | None:
@@ -376,9 +405,9 @@ MEASURES: tuple[Measure, ...] = (
         compared=False,
     ),
     Measure("commits", "Postgres commits", "number",
-            lambda s, r: _per_step(s.database["xact_commit"], s)),
+            lambda s, r: _database_per_step(s.database["xact_commit"], s)),
     Measure("rows", "Postgres rows written", "number",
-            lambda s, r: _per_step(_rows_written(s), s)),
+            lambda s, r: _database_per_step(_rows_written(s), s)),
     Measure("wal_b", "WAL bytes, the saver's database", "bytes",
             lambda s, r: _per_step(s.wal_database, s)),
     Measure("wal_cluster_b", "WAL bytes, cluster insert position", "bytes",
@@ -536,13 +565,16 @@ def _notes(ctx: Context, probes: Probes, runs: Mapping[str, Runs]) -> list[str]:
         f"messages merged by `add_messages`; {steps} node steps a thread), at most "
         f"{profile.load_concurrency} `ainvoke` in flight, LangGraph's default durability "
         f"(\"async\"); each invocation's state is checked. {profile.load_rounds} measured "
-        f"rounds per saver after {profile.load_warmup} warm-up, interleaved (each round "
+        f"rounds per saver after {profile.load_warmup} discarded, interleaved (each round "
         "starts with another saver).",
         "Each saver has a scratch database of its own (setup() once before the rounds, data "
         "kept across them), is opened for its round and closed after it (no other saver is "
-        f"open meanwhile); the pool is filled ({POOL_SIZE} connections) before the round. "
-        "DurableSaver runs at its defaults. The drain (write-behind `aflush()`) follows the "
-        "invocations: outside steps/s, inside every other figure.",
+        f"open meanwhile; the pool opens its {POOL_SIZE} connections at once; DurableSaver "
+        "runs at its defaults), and first runs an untimed warm-up of "
+        f"{profile.load_concurrency} threads x {profile.load_invokes} invocations, drained, "
+        "so that its connections are open and its statements prepared when the round starts. "
+        "The drain (write-behind `aflush()`) follows the round's invocations: outside steps/s, "
+        "inside every other figure.",
         f"CPU: the Python process (getrusage: every thread, the write-behind flusher too), "
         f"redis-server (INFO server process_id) and every process pg_stat_activity lists "
         f"for the saver's database (client backends, autovacuum workers), from "
@@ -550,7 +582,9 @@ def _notes(ctx: Context, probes: Probes, runs: Mapping[str, Runs]) -> list[str]:
         "do not use it). Postgres background processes (checkpointer, walwriter, background "
         "writer; cluster-wide, so shared with other clients) are shown apart, without a ratio.",
         "Postgres commits and rows: pg_stat_database of the saver's database (xact_commit; "
-        "tup_inserted + tup_updated + tup_deleted), read once its backends have exited. "
+        "tup_inserted + tup_updated + tup_deleted), read before the saver opens and once its "
+        "backends have exited (an idle backend may hold its statistics for 10 s), so over the "
+        "warm-up and the round, per step of both. Every other figure covers the round alone. "
         + wal
         + " The cluster's insert position (pg_current_wal_insert_lsn) counts every client.",
         "Redis commands: INFO commandstats calls (commands run by scripts count); bytes: "
@@ -592,7 +626,7 @@ async def _run(ctx: Context, names: Sequence[str], table: Table) -> list[Table]:
                 continue
             log.info(
                 "%s: %s round %d%s: %.0f steps/s, %d failed, %d wrong",
-                SECTION, name, round_, " (warm-up)" if warm else "",
+                SECTION, name, round_, " (discarded)" if warm else "",
                 sample.steps / sample.invoke_s, sample.tally.failures, sample.tally.wrong,
             )
             if not warm:
@@ -617,8 +651,9 @@ async def _run(ctx: Context, names: Sequence[str], table: Table) -> list[Table]:
         ROUND_COLUMNS,
         [row for name in names for row in _round_rows(name, runs[name])],
         notes=[
-            "Per node step, as above; round numbers count the warm-up. The last column is "
-            "what the quiet baseline subtracted from the round's server-wide counters."
+            "Per node step, as above; rounds numbered in the order they ran, from 0 (discarded "
+            "rounds included). The last column is what the quiet baseline subtracted from the "
+            "round's server-wide counters."
         ],
     )
     return [summary, table, rounds]
