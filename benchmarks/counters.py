@@ -46,6 +46,17 @@ WHERE block_ref LIKE %(pattern)s OR x IN (SELECT x FROM ours)
 that made one (their commit records)."""
 
 
+def machine_busy_ns() -> int | None:
+    """CPU time every processor of this host has spent busy so far (``/proc/stat``: user,
+    nice, system, irq, softirq, steal), or ``None`` where there is no ``/proc/stat``."""
+    try:
+        fields = (PROC / "stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return (user + nice + system + irq + softirq + steal) * CLOCK_TICK_NS
+
+
 def self_cpu_s() -> float:
     """User + system CPU seconds of this process, every thread (``getrusage``)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

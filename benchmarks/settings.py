@@ -113,7 +113,7 @@ FULL = Profile(
     load_concurrency=50,
     load_invokes=4,
     load_rounds=3,
-    load_warmup=0,
+    load_warmup=1,
     load_quiet_s=2.0,
 )
 
@@ -148,7 +148,7 @@ QUICK = Profile(
     load_concurrency=10,
     load_invokes=4,
     load_rounds=2,
-    load_warmup=0,
+    load_warmup=1,
     load_quiet_s=0.5,
 )
 

@@ -38,6 +38,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -60,6 +61,7 @@ from benchmarks.counters import (
     RedisProbe,
     cpu_delta,
     cpu_source,
+    machine_busy_ns,
     self_cpu_s,
 )
 from benchmarks.report import NOTE, SAVER, Column, Format, Row, Table, error_row, format_cell
@@ -258,6 +260,9 @@ class Sample:
     wal_cluster: int
     background: Quiet
     """What was subtracted, over this round's windows."""
+    others_share: float | None
+    """The share of the machine's CPU that processes other than the Python process,
+    redis-server and the saver's backends used during the round."""
 
     @property
     def steps(self) -> int:
@@ -293,13 +298,13 @@ async def _round(
         lsn, wal_started = pg.wal_lsn(), time.monotonic()
         background, backends = pg.background_cpu(), pg.backends_cpu(database)
         redis_before, redis_started = rd.read(), time.monotonic()
-        cpu = self_cpu_s()
+        busy, cpu = machine_busy_ns(), self_cpu_s()
         start = time.perf_counter()
         await _invocations(graph, gate, f"load-{round_}", profile.load_threads, invokes, tally)
         invoked = time.perf_counter()
         drained = await adrain(saver)
         end = time.perf_counter()
-        cpu = self_cpu_s() - cpu
+        cpu, busy_after = self_cpu_s() - cpu, machine_busy_ns()
         redis_after, redis_s = rd.read(), time.monotonic() - redis_started
         backends_after, background_after = pg.backends_cpu(database), pg.background_cpu()
     if not pg.wait_disconnected(database):
@@ -313,6 +318,14 @@ async def _round(
         background_ns = cpu_delta(background, background_after).ns
         if wal_quiet.postgres_background_ns is not None:
             background_ns -= wal_quiet.postgres_background_ns
+    sample_backends = (
+        None if backends is None or backends_after is None else cpu_delta(backends, backends_after)
+    )
+    redis_used = redis_after - redis_before
+    others = None
+    if busy is not None and busy_after is not None and end > start:
+        ours = cpu * 1e9 + (redis_used.cpu_ns or 0) + (sample_backends.ns if sample_backends else 0)
+        others = (busy_after - busy - ours) / ((end - start) * 1e9 * (os.cpu_count() or 1))
     tally.failures += warm.failures
     tally.wrong += warm.wrong
     tally.first_error = tally.first_error or warm.first_error
@@ -323,16 +336,15 @@ async def _round(
         total_s=end - start,
         drain_s=end - invoked if drained else None,
         python_cpu_s=cpu,
-        redis=redis_after - redis_before - rd.overhead - redis_quiet.redis,
-        backends=None
-        if backends is None or backends_after is None
-        else cpu_delta(backends, backends_after),
+        redis=redis_used - rd.overhead - redis_quiet.redis,
+        backends=sample_backends,
         postgres_background_ns=background_ns,
         database={key: counters_after[key] - counters[key] for key in counters},
         database_steps=(warm.invokes + tally.invokes) * STEPS_PER_INVOKE,
         wal_database=None if wal_database is None else wal_database[0],
         wal_cluster=pg.wal_bytes(lsn, lsn_after) - wal_quiet.wal,
         background=dataclasses.replace(wal_quiet, redis=redis_quiet.redis),
+        others_share=others,
     )
 
 
@@ -507,6 +519,7 @@ ROUND_COLUMNS = (
     SAVER,
     Column("round", "round", "int"),
     *(Column(m.key, m.label, m.format) for m in MEASURES if m.key in ROUND_KEYS),
+    Column("others", "other processes' CPU, % of the machine", "number"),
     Column("background", "subtracted as background"),
 )
 
@@ -517,6 +530,8 @@ def _round_rows(name: str, runs: Runs) -> list[Row]:
     for sample in runs.samples:
         row: Row = {"saver": name, "round": sample.round}
         row |= {m.key: m.of(sample, runs.uses_redis) for m in MEASURES if m.key in ROUND_KEYS}
+        share = sample.others_share
+        row["others"] = None if share is None else share * 100
         back = sample.background
         row["background"] = (
             f"{back.redis.commands:,} Redis commands, {back.redis.net_bytes:,} B, "
@@ -548,6 +563,14 @@ def _notes(ctx: Context, probes: Probes, runs: Mapping[str, Runs]) -> list[str]:
         f"{_median([s.background.redis.net_bytes for s in samples]) or 0:,.0f} Redis bytes, "
         f"{_median([s.background.wal for s in samples]) or 0:,.0f} WAL bytes."
         if samples
+        else ""
+    )
+    shares = [s.others_share for s in samples if s.others_share is not None]
+    others = (
+        f" Meanwhile the machine's other processes used {min(shares):.0%} to {max(shares):.0%} "
+        "of its CPU (from /proc/stat, less the processes measured here; per round in the last "
+        "table): a round that shares the machine runs slower."
+        if shares
         else ""
     )
     wal = (
@@ -593,7 +616,7 @@ def _notes(ctx: Context, probes: Probes, runs: Mapping[str, Runs]) -> list[str]:
         "with no saver open before each round, scaled to the round. So are redis-server's "
         "CPU and the cluster's WAL and background processes: other clients' bursts make "
         "these noisy (the last table shows what each round lost to the baseline); give the "
-        "run servers of its own for exact ones. " + background,
+        "run servers of its own for exact ones. " + background + others,
     ]
 
 
