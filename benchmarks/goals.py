@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from benchmarks.report import NOTE, SAVER, Cell, Column, Row, Table, format_cell
-from benchmarks.savers import MEMORY, POSTGRES
+from benchmarks.savers import MEMORY, POSTGRES, POSTGRES_POOL
 
 SECTION = "goals"
 MET, GAP, NOT_RUN, NO_DATA = "met", "gap", "not run", "no data"
@@ -113,6 +113,24 @@ def _store(op: str, measure: str, *, bound: float) -> Goal:
     )
 
 
+def _load(measure: str, column: str, bounds: Mapping[str, float], *, at_most: bool) -> list[Goal]:
+    """One goal per write mode on a per-step figure of the load section, over the pooled
+    ``AsyncPostgresSaver``'s (``bounds``: the bound of each mode)."""
+    return [
+        Goal(
+            measure=f"load, {measure}, over the pooled AsyncPostgresSaver's",
+            section="load",
+            table="Load: per saver",
+            column=column,
+            savers=(saver,),
+            against=POSTGRES_POOL,
+            bound=bound,
+            at_most=at_most,
+        )
+        for saver, bound in bounds.items()
+    ]
+
+
 FLAT = 1.25
 """A "flat" growth: the largest namespace's p50 at most this many times the smallest's."""
 
@@ -200,6 +218,30 @@ GOALS: tuple[Goal, ...] = (
         savers=(THROUGH,),
         bound=FLAT,
         at_most=True,
+    ),
+    *_load(
+        "Postgres CPU per node step (its backends)",
+        "postgres_cpu_ms",
+        {THROUGH: 1.0, BEHIND: 0.25},
+        at_most=True,
+    ),
+    *_load(
+        "WAL bytes per node step (the saver's database)",
+        "wal_b",
+        {THROUGH: 1.0, BEHIND: 0.7},
+        at_most=True,
+    ),
+    *_load(
+        "CPU of every process per node step",
+        "cpu_ms",
+        {THROUGH: 1.0, BEHIND: 0.7},
+        at_most=True,
+    ),
+    *_load(
+        "steps/s at many concurrent `ainvoke`",
+        "steps_per_s",
+        {THROUGH: 1.2, BEHIND: 2.0},
+        at_most=False,
     ),
 )
 

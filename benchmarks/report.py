@@ -12,7 +12,7 @@ from benchmarks.savers import MEMORY, POSTGRES
 
 Cell = str | int | float | None
 Row = dict[str, Cell]
-Format = Literal["text", "int", "us", "ms", "ratio", "bytes", "rate"]
+Format = Literal["text", "int", "us", "ms", "ratio", "bytes", "rate", "number"]
 
 NOTE = "note"
 """Key of the free-text column that carries errors and caveats; rendered last."""
@@ -71,6 +71,13 @@ def add_ratios(rows: Iterable[Row], value: str, *, group: Sequence[str] = ()) ->
             row[key] = number / base if isinstance(number, int | float) and base else None
 
 
+def _number(value: float) -> str:
+    """A count or size per unit of work: three significant figures, thousands grouped."""
+    if abs(value) < 10:
+        return f"{value:,.2f}"
+    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
 def format_cell(value: Cell, kind: Format) -> str:
     """A cell as the Markdown shows it: ``—`` for no value, numbers by ``kind``."""
     if value is None:
@@ -84,6 +91,7 @@ def format_cell(value: Cell, kind: Format) -> str:
         "ratio": lambda v: f"{v:.2f}x" if v < 100 else f"{v:,.0f}x",
         "bytes": lambda v: f"{v:,.0f}",
         "rate": lambda v: f"{v:,.0f}",
+        "number": _number,
     }
     return formatters[kind](float(value))
 

@@ -30,6 +30,7 @@ from benchmarks.savers import SPECS, SPECS_BY_NAME
 from benchmarks.sections import (
     history,
     ledger,
+    load,
     macro,
     micro,
     restart,
@@ -49,6 +50,7 @@ SECTIONS: dict[str, Callable[[Context], list[Table]]] = {
     "ledger": ledger.run,
     "store": store.run,
     "scaling": scaling.run,
+    "load": load.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -177,7 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="lgdbench-") as workdir:
         settings = Settings.from_env(
-            run_id=secrets.token_hex(4), workdir=Path(workdir), database=args.database
+            run_id=secrets.token_hex(4),
+            workdir=Path(workdir),
+            database=args.database,
+            keep_data=args.keep_data,
         )
         report = Report(meta=_meta(args, settings, profile))
         ctx = Context(settings=settings, profile=profile, specs=specs)

@@ -51,6 +51,8 @@ MEMORY = "memory"
 """Name of the first baseline of every ratio column."""
 POSTGRES = "postgres"
 """Name of the second baseline of every ratio column."""
+POSTGRES_POOL = "postgres-pool"
+"""Name of the pooled Postgres saver, the load section's baseline."""
 POOL_MAX_SIZE = 10
 
 
@@ -308,7 +310,7 @@ SPECS: tuple[SaverSpec, ...] = (
     SaverSpec(name=MEMORY, label="InMemorySaver", open=_memory, aopen=_amemory),
     _postgres_spec(POSTGRES, "one connection", _postgres, _apostgres),
     _postgres_spec(
-        "postgres-pool", f"psycopg_pool, max_size={POOL_MAX_SIZE}", _postgres_pool, _apostgres_pool
+        POSTGRES_POOL, f"psycopg_pool, max_size={POOL_MAX_SIZE}", _postgres_pool, _apostgres_pool
     ),
     SaverSpec(
         name="sqlite",

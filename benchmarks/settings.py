@@ -60,6 +60,20 @@ class Profile:
     """Items in the namespace that the store section's filtered search reads."""
     store_namespace_sizes: tuple[int, ...]
     """Items in each namespace of the store section's get-as-a-namespace-grows table."""
+    load_threads: int
+    """Threads per round of the load section (each runs ``load_invokes`` invocations)."""
+    load_concurrency: int
+    """The most ``ainvoke`` calls in flight at once in the load section."""
+    load_invokes: int
+    """Invocations of the chat graph per thread in the load section (3 node steps each)."""
+    load_rounds: int
+    """Measured rounds per saver of the load section (interleaved; medians are reported)."""
+    load_warmup: int
+    """Discarded rounds per saver before the load section's measured ones (each round also
+    warms its saver up, untimed, before it starts)."""
+    load_quiet_s: float
+    """Seconds of the quiet window before each load round, whose server-wide counters
+    (Redis, the cluster's WAL and background processes) give the baseline subtracted."""
 
     def __post_init__(self) -> None:
         if self.ledger_warmup < 1:
@@ -95,6 +109,12 @@ FULL = Profile(
     store_warmup=50,
     store_search_items=1000,
     store_namespace_sizes=(100, 1000, 10_000, 100_000),
+    load_threads=100,
+    load_concurrency=50,
+    load_invokes=4,
+    load_rounds=3,
+    load_warmup=1,
+    load_quiet_s=2.0,
 )
 
 QUICK = Profile(
@@ -124,6 +144,12 @@ QUICK = Profile(
     store_warmup=5,
     store_search_items=1000,
     store_namespace_sizes=(100, 1000, 10_000),
+    load_threads=20,
+    load_concurrency=10,
+    load_invokes=4,
+    load_rounds=2,
+    load_warmup=1,
+    load_quiet_s=0.5,
 )
 
 PROFILES = {profile.name: profile for profile in (FULL, QUICK)}
@@ -141,12 +167,21 @@ class Settings:
     run_id: str
     workdir: Path
     """Scratch directory for SQLite files."""
+    keep_data: bool = False
+    """Leave the scratch databases and Redis keys in place after the run."""
 
     def __post_init__(self) -> None:
         scratch_database(self.database)
 
     @classmethod
-    def from_env(cls, *, run_id: str, workdir: Path, database: str = DEFAULT_DATABASE) -> Settings:
+    def from_env(
+        cls,
+        *,
+        run_id: str,
+        workdir: Path,
+        database: str = DEFAULT_DATABASE,
+        keep_data: bool = False,
+    ) -> Settings:
         """Settings from ``LGD_REDIS_URL`` / ``LGD_POSTGRES_URL``, else the local servers."""
         return cls(
             redis_url=os.environ.get("LGD_REDIS_URL", DEFAULT_REDIS_URL),
@@ -154,6 +189,7 @@ class Settings:
             database=database,
             run_id=run_id,
             workdir=workdir,
+            keep_data=keep_data,
         )
 
     @property
