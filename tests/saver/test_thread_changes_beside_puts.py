@@ -20,6 +20,21 @@ from tests.support.checkpoints import put_value, wait_for_row_lock
 from tests.support.servers import POSTGRES_URL
 
 
+class Aside(threading.Thread):
+    """``fn()`` on a thread of its own; ``error`` is what it raised (``None``: nothing)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except BaseException as exc:  # the test reads it
+            self.error = exc
+
+
 def test_a_put_committed_during_delete_for_runs_stays_the_head(
     make_saver: type[DurableSaver], namespace: tuple[str, str]
 ) -> None:
@@ -160,15 +175,6 @@ def test_a_root_that_commits_just_before_the_rebuild_keeps_its_child_the_head(
         return execute(conn, statement)
 
     monkeypatch.setattr(Tiers, "_execute", staticmethod(paused))
-    outcome: dict[str, BaseException | None] = {}
-
-    def prune() -> None:
-        try:
-            saver.prune([thread])
-            outcome["prune"] = None
-        except BaseException as exc:  # the test reads it
-            outcome["prune"] = exc
-
     table = f'"{schema}"'
     n1, n2 = empty_checkpoint()["id"], empty_checkpoint()["id"]
     copy = (f"INSERT INTO {table}.lgd_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
@@ -180,27 +186,23 @@ def test_a_root_that_commits_just_before_the_rebuild_keeps_its_child_the_head(
     def new_run() -> None:
         """N1 as a root put commits it (its checkpoint and a new head row), then N2's put
         moves the head and holds the row until the test lets it commit."""
-        try:
-            with psycopg.connect(POSTGRES_URL) as conn:
-                conn.execute(copy, (thread, n1, None, source))
-                conn.execute(f"INSERT INTO {table}.lgd_heads (thread_id, checkpoint_ns, head, "
-                             f"version) VALUES (%s, '', %s, nextval('{table}.lgd_version_seq'))",
-                             (thread, n1))
-                conn.commit()
-                conn.execute(copy, (thread, n2, n1, source))
-                conn.execute(f"UPDATE {table}.lgd_heads SET head = %s, version = "
-                             f"nextval('{table}.lgd_version_seq') WHERE thread_id = %s",
-                             (n2, thread))
-                n2_holds.set()
-                commit_n2.wait(30)
-            outcome["run"] = None
-        except BaseException as exc:  # the test reads it
-            outcome["run"] = exc
+        with psycopg.connect(POSTGRES_URL) as conn:
+            conn.execute(copy, (thread, n1, None, source))
+            conn.execute(f"INSERT INTO {table}.lgd_heads (thread_id, checkpoint_ns, head, "
+                         f"version) VALUES (%s, '', %s, nextval('{table}.lgd_version_seq'))",
+                         (thread, n1))
+            conn.commit()
+            conn.execute(copy, (thread, n2, n1, source))
+            conn.execute(f"UPDATE {table}.lgd_heads SET head = %s, version = "
+                         f"nextval('{table}.lgd_version_seq') WHERE thread_id = %s",
+                         (n2, thread))
+            n2_holds.set()
+            commit_n2.wait(30)
 
-    pruning = threading.Thread(target=prune)
+    pruning = Aside(lambda: saver.prune([thread]))
     pruning.start()
     assert at_rebuild.wait(30), "the prune never reached its rebuild"
-    running = threading.Thread(target=new_run)
+    running = Aside(new_run)
     running.start()
     # the new run's first write waits for the prune to commit; without that, N2 holds its
     # row now, and the rebuild is let go to wait for it
@@ -213,7 +215,7 @@ def test_a_root_that_commits_just_before_the_rebuild_keeps_its_child_the_head(
     pruning.join(30)
     running.join(30)
     assert not pruning.is_alive() and not running.is_alive()
-    assert outcome == {"prune": None, "run": None}, outcome
+    assert (pruning.error, running.error) == (None, None)
     with psycopg.connect(POSTGRES_URL) as conn:
         head = conn.execute(f"SELECT head FROM {table}.lgd_heads WHERE thread_id = %s",
                             (thread,)).fetchone()
@@ -234,21 +236,12 @@ def test_a_transaction_postgres_rolls_back_to_break_a_deadlock_runs_again(
     thread = f"deadlock-{uuid.uuid4()}"
     old = put_value(saver, thread, "one")["configurable"]["checkpoint_id"]  # type: ignore[index]
     new = put_value(saver, thread, "two")["configurable"]["checkpoint_id"]  # type: ignore[index]
-    outcome: dict[str, BaseException | None] = {}
-
-    def prune() -> None:
-        try:
-            saver.prune([thread])
-            outcome["prune"] = None
-        except BaseException as exc:  # the test reads it
-            outcome["prune"] = exc
-
     table = f'"{schema}"'
     with psycopg.connect(POSTGRES_URL) as other, psycopg.connect(
             POSTGRES_URL, autocommit=True) as watching:
         other.execute(f"SELECT 1 FROM {table}.lgd_checkpoints WHERE thread_id = %s "
                       "AND checkpoint_id = %s FOR UPDATE", (thread, old))
-        pruning = threading.Thread(target=prune)
+        pruning = Aside(lambda: saver.prune([thread]))
         pruning.start()
         wait_for_row_lock(watching, schema, "lgd_checkpoints")  # the prune's delete waits
         # the other transaction now waits for the heads the prune holds: a deadlock
@@ -257,6 +250,6 @@ def test_a_transaction_postgres_rolls_back_to_break_a_deadlock_runs_again(
         other.commit()
         pruning.join(30)
     assert not pruning.is_alive()
-    assert outcome["prune"] is None, outcome["prune"]
+    assert pruning.error is None, pruning.error
     assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": thread}})] \
         == [new]
