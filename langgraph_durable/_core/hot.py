@@ -27,7 +27,7 @@ from typing import Any
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Statement
+from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.scripts import shards, thread
 from langgraph_durable.config import mask_url
 from langgraph_durable.errors import DegradedWarning, SchemaVersionError, TierUnavailableError
@@ -272,3 +272,85 @@ def connect(ctx: Context) -> Op[bool]:
     if ctx.breaker.is_open:
         return (yield from recover_hot(ctx))
     return True
+
+
+# How long the lock of `check_redis` lasts unless its holder renews it (each SCAN step),
+# and how many keys a step looks at.
+CHECK_LEASE_MS = 10_000
+CHECK_SCAN = 1000
+
+
+def check_redis(ctx: Context, run_id: str) -> Op[None]:
+    """Make the data of the Redis process ``run_id`` safe to serve, once per process per
+    prefix: a Redis that restarted may have loaded a snapshot older than what Postgres
+    holds (an RDB, an AOF's last second, a replica promoted in its place), and its copies
+    of threads would then serve, and be extended from, a checkpoint older than one that
+    was acknowledged or flushed. So every thread's copy is dropped and read back from
+    Postgres on its next read, after the thread's write-behind entries still in the
+    journal reached Postgres (they are the only copy of those writes; moving one Postgres
+    already holds again is harmless). The long-term store's cached items go too.
+
+    One process checks (a lock in Redis, renewed as it goes); the others wait until it
+    recorded the run id as checked. The key that records it is data of the process it
+    names, so no snapshot of an earlier one holds it. Drivers run this before the first
+    script on a connection to a Redis process they have not seen checked (`RedisCheck`).
+
+    Raises:
+        TierUnavailableError: a tier could not be reached (``tier="hot"``: Redis's data
+            cannot be trusted until the check runs again).
+    """
+    layout = ctx.layout
+    token = secrets.token_hex(8)
+    try:
+        while (state := (yield shards.incarnation(layout, "check", run_id, token,
+                                                  CHECK_LEASE_MS))) != 0:
+            if state == 1:
+                return None
+            yield Pause(0.05)  # another process checks it
+        dropped, cursor = 0, "0"
+        while True:
+            reply = yield shards.incarnation_scan(layout, token, CHECK_LEASE_MS, cursor,
+                                                  CHECK_SCAN)
+            if not reply:
+                raise TierUnavailableError(
+                    f"checking the Redis process {run_id} took longer than its lock "
+                    f"({CHECK_LEASE_MS / 1000:g}s) between two steps", tier="hot")
+            cursor = _text(reply[0])
+            threads = {t for t in map(layout.thread_of, reply[1:]) if t is not None}
+            dropped += yield from _drop_checked(ctx, sorted(threads))
+            if cursor == "0":
+                break
+        yield shards.incarnation(layout, "done", run_id, token)
+    except TierUnavailableError as exc:
+        if exc.tier == "hot":
+            raise
+        raise TierUnavailableError(
+            f"Redis (hot tier) restarted, and its data cannot be checked against Postgres "
+            f"({exc}): Redis is not used until it can", tier="hot") from exc
+    if dropped:
+        logger.warning(
+            "Redis (hot tier) at %s is a new process (run id %s), whose data may be older "
+            "than Postgres (a restart from a snapshot, a promoted replica): the hot copies "
+            "of %d threads were dropped; they are read from Postgres again",
+            mask_url(ctx.config.redis_url), run_id, dropped)
+    return None
+
+
+def _drop_checked(ctx: Context, thread_ids: Sequence[str]) -> Op[int]:
+    """Drop the copies of ``thread_ids`` for `check_redis`: a thread with write-behind
+    entries still in the journal has them flushed first."""
+    if not thread_ids:
+        return 0
+    keys = [ctx.layout.thread(t) for t in thread_ids]
+    replies = yield HotBatch(tuple(_drop_request(ctx, k, "", 1, only_flushed=True)
+                                   for k in keys))
+    waiting = [k for k, reply in zip(keys, replies, strict=True) if reply == -1]
+    if waiting:
+        yield from journal.flush(ctx, timeout=None, thread_ids=[k.thread_id for k in waiting])
+        yield HotBatch(tuple(_drop_request(ctx, k, "", 1, only_flushed=False)
+                             for k in waiting))
+    return len(thread_ids)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -24,6 +24,9 @@ every key of a thread carries the thread's own tag, and the journal is one strea
     <prefix>:journal:bytes                     STRING payload bytes the journal holds
     <prefix>:dead                              STREAM journal entries Postgres rejected
     <prefix>:marks                             STRING highest stale mark applied
+    <prefix>:incarnation                       STRING the run id of the Redis process whose
+                                                     data was checked against Postgres
+    <prefix>:incarnation:lock                  STRING held while one process checks it
 
 Sharded (on a Redis Cluster, or with ``journal_shards`` > 1): the threads are spread over
 S journal shards by a stable hash of the thread id (`Layout.shard`); a thread's keys carry
@@ -192,7 +195,8 @@ class ThreadKeys:
 # The Redis type of each key the scripts keep, by the end of its name (see the module's
 # docstring): a prefix's own keys, a shard's, and a thread's after its base.
 _PREFIX_TYPES = {":journal": "stream", ":journal:bytes": "string", ":dead": "stream",
-                 ":marks": "string", ":layout": "string"}
+                 ":marks": "string", ":layout": "string", ":incarnation": "string",
+                 ":incarnation:lock": "string"}
 _THREAD_TYPES = {":k": "set", ":in": "zset", ":u": "hash", ":v": "hash"}
 _PART_TYPES = {":i:": "zset", ":b:": "hash", ":c:": "hash"}
 
@@ -332,6 +336,23 @@ class Layout:
         except ValueError:  # not base64 text
             return None
         return thread_id if self.thread(thread_id).registry == text else None
+
+    def thread_of(self, key: str | bytes) -> str | None:
+        """The thread whose registry or versions key ``key`` is in this layout (the two keys
+        a thread's copy in Redis is known by: `hot.check_redis`), or ``None``."""
+        text = key.decode(errors="replace") if isinstance(key, bytes) else key
+        if text.endswith(":v"):
+            text = text[:-2] + ":k"
+        return self.registry_thread(text)
+
+    def incarnation(self) -> str:
+        """Key holding the run id of the Redis process whose data was last checked against
+        Postgres (`hot.check_redis`); on a single node only."""
+        return f"{self.prefix}:incarnation"
+
+    def incarnation_lock(self) -> str:
+        """Key held by the one process checking a new Redis process's data."""
+        return f"{self.prefix}:incarnation:lock"
 
     def layout_key(self) -> str:
         """Key recording how many shards the prefix uses (checked when clients open)."""

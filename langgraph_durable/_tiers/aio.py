@@ -38,6 +38,8 @@ from langgraph_durable._tiers.common import (
     REJECTED_ERRORS,
     AsyncEffects,
     Learn,
+    RedisCheck,
+    RedisReplaced,
     Scripts,
     check_replicas,
     cold_rejected,
@@ -48,7 +50,9 @@ from langgraph_durable._tiers.common import (
     not_set_up,
     polluted,
     replica_wait,
+    run_id_of,
     said_repaired,
+    said_unchecked,
     told,
     wrong_type,
 )
@@ -64,6 +68,10 @@ T = TypeVar("T")
 logger = logging.getLogger("langgraph_durable")
 # Redis connections a driver keeps out of its own pool for the next script (`Tiers._keep`).
 HELD = 8
+# The attribute of a Redis connection naming the Redis process (run id) it reached, None
+# once it reconnected and until asked again (`Tiers._reached`).
+REACHED = "lgd_run_id"
+UNSEEN = object()
 
 
 class Tiers:
@@ -71,8 +79,11 @@ class Tiers:
 
     def __init__(self, config: SaverConfig, latencies: Latencies,
                  provided: clients.Provided | None = None, learn: Learn | None = None,
-                 cold_breaker: Breaker | None = None) -> None:
+                 cold_breaker: Breaker | None = None,
+                 redis_check: RedisCheck | None = None) -> None:
         self.latencies = latencies
+        # which Redis process the saver's hot data was checked in (`_reached`)
+        self.redis_check = redis_check
         # Postgres's breaker, shared by every driver of a saver (`cold`)
         self.cold_breaker = cold_breaker or Breaker(seconds(config.breaker_cooldown))
         self.watchdog = Watchdog(config)  # gives up on statements Postgres stopped answering
@@ -120,8 +131,13 @@ class Tiers:
             self.cluster = cluster_client(self.config)
         layout = self.learn(cluster)
         client = self.cluster or self.redis
-        await client.set(layout.layout_key(), layout.describe(), nx=True)
+        new = await client.set(layout.layout_key(), layout.describe(), nx=True)
         check_layout(layout, await client.get(layout.layout_key()))
+        if new and self.cluster is None and self.redis_check is not None:
+            # a prefix new to this Redis holds no data to check (`_reached`)
+            with contextlib.suppress(RedisResponseError):  # INFO refused: checked on use
+                run_id = run_id_of(await self.redis.info("server"))
+                await client.set(layout.incarnation(), run_id, nx=True)
         self.detected = True
 
     async def run(self, op: Generator[Any, Any, T], effects: AsyncEffects) -> T:
@@ -133,12 +149,29 @@ class Tiers:
             while True:
                 try:
                     result = await self.execute(request, effects, built)
+                except RedisReplaced as replaced:  # nothing was sent: once checked, again
+                    try:
+                        await self._check(replaced.run_id, effects)
+                    except Exception as exc:
+                        request = op.throw(exc)
                 except Exception as exc:
                     request = op.throw(exc)
                 else:
                     request = op.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+    async def _check(self, run_id: str, effects: AsyncEffects) -> None:
+        """Check the hot data of the Redis process ``run_id`` against Postgres
+        (`RedisCheck`), with this task's scripts let through to it meanwhile."""
+        check = self.redis_check
+        assert check is not None  # only a driver with a check raises RedisReplaced
+        token = check.checking.set(run_id)
+        try:
+            await self.run(check.check(run_id), effects)
+        finally:
+            check.checking.reset(token)
+        check.checked = run_id
 
     async def execute(
         self, request: Any, effects: AsyncEffects, built: Layout | None = None
@@ -216,7 +249,8 @@ class Tiers:
                 # a reply left unread (a call cancelled midway, a batch stopped at its
                 # first refusal) would be the next caller's: only a script's own refusal,
                 # read whole, leaves the connection fit for reuse
-                if isinstance(exc, RedisResponseError) and isinstance(request, Hot):
+                if isinstance(exc, RedisReplaced) or (
+                        isinstance(exc, RedisResponseError) and isinstance(request, Hot)):
                     await pool.release(conn)
                 else:
                     await self._drop(pool, conn)
@@ -304,6 +338,8 @@ class Tiers:
         reply of (``owed``, taken from the list: a retry does not read it again) has that
         reply read first; a waited-for script is sent before it is read, so the two share a
         round trip (Redis runs them in the order sent)."""
+        if self.redis_check is not None:
+            await self._reached(conn, owed)
         before = owed.pop() if owed else None
         if before is not None and (isinstance(request, HotBatch) or not request.wait):
             await self._settle(conn, before)
@@ -336,6 +372,34 @@ class Tiers:
         if refused is not None:
             raise refused
         return reply
+
+    async def _reached(self, conn: Any, owed: list[Hot]) -> None:
+        """Connect ``conn`` if it is not, learn which Redis process it reached (``INFO
+        server``'s run id, asked once per connection), and raise `RedisReplaced` if the
+        saver's hot data was not checked in that process yet. A connection that was closed
+        since it was kept owes nothing: that reply went with its socket."""
+        if not conn.is_connected:
+            owed.clear()
+            await conn.connect()
+        run_id = getattr(conn, REACHED, UNSEEN)
+        if run_id is UNSEEN:  # told of its reconnections from now on
+            conn.register_connect_callback(self._reconnected)
+        if not isinstance(run_id, str):
+            await conn.send_command("INFO", "server")
+            try:
+                run_id = run_id_of(await conn.read_response())
+            except RedisResponseError:  # INFO refused (a managed service's rules)
+                run_id = ""
+                said_unchecked()
+            setattr(conn, REACHED, run_id)
+        assert self.redis_check is not None
+        if not self.redis_check.allows(run_id):
+            raise RedisReplaced(run_id)
+
+    def _reconnected(self, conn: Any) -> None:
+        """redis-py's connect callback (a method: it keeps it weakly): ``conn`` may reach
+        another Redis process now."""
+        setattr(conn, REACHED, None)
 
     async def _reply(self, conn: Any, request: Hot) -> Any:
         """The reply of ``request``, sent on ``conn``: sent again with its source if the

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any, Protocol
 
@@ -38,6 +40,47 @@ from langgraph_durable.errors import (
 logger = logging.getLogger("langgraph_durable")
 Effects = Callable[[Any], Any]
 AsyncEffects = Callable[[Any], Awaitable[Any]]
+
+
+class RedisReplaced(Exception):
+    """A connection reached a Redis process whose data was not checked against Postgres
+    since it started (`RedisCheck`): no script is sent on it until the check ran."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
+@dataclass
+class RedisCheck:
+    """The Redis process (its run id) the saver's hot data was last checked in, shared by
+    the saver's drivers; ``check(run_id)`` is the operation that checks it
+    (`hot.check_redis`). A restart, a snapshot loaded at one, a replica promoted in its
+    place: each is a process with a new run id, so a connection that reaches a run id
+    other than ``checked`` runs the check before its first script (single node; see
+    `Tiers._reached`)."""
+
+    check: Callable[[str], Generator[Any, Any, None]]
+    checked: str | None = None
+    # the run id being checked in this task or thread (its own scripts pass)
+    checking: ContextVar[str | None] = field(
+        default_factory=lambda: ContextVar("lgd_checking", default=None))
+
+    def allows(self, run_id: str) -> bool:
+        return not run_id or run_id == self.checked or run_id == self.checking.get()
+
+
+def run_id_of(info: Any) -> str:
+    """The ``run_id`` of an ``INFO server`` reply (raw text or parsed), or ""."""
+    if isinstance(info, dict):
+        return str(info.get("run_id") or "")
+    text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    for line in text.splitlines():
+        if line.startswith("run_id:"):
+            return line[len("run_id:"):].strip()
+    return ""
+
+
 # Told whether Redis is a cluster; returns the key layout in force and whether it changed.
 # Asked with what the drivers learned (is Redis a cluster?), returns the key layout that
 # follows; asked with ``None``, the layout requests are built with now.
@@ -258,6 +301,19 @@ def polluted(exc: Exception) -> TierUnavailableError:
         tier="hot")
     error.__cause__ = exc
     return error
+
+
+_unchecked: list[bool] = []
+
+
+def said_unchecked() -> None:
+    """Say, once per process, that Redis does not tell which process it is."""
+    if not _unchecked:
+        _unchecked.append(True)
+        logger.warning(
+            "Redis refused INFO, so the saver cannot tell a restarted Redis (one that may "
+            "have loaded an older snapshot) from the one it used: allow INFO for the saver's "
+            "Redis user (docs/failure-model.md)")
 
 
 def said_repaired(script: str, deleted: list[tuple[str, str, str]]) -> None:

@@ -41,7 +41,13 @@ from langgraph_durable._core.ledger import OwnerGone
 from langgraph_durable._core.seal import Seal
 from langgraph_durable._core.sql import Migration, Statements
 from langgraph_durable._tiers import aio, clients, host, sync
-from langgraph_durable._tiers.common import AsyncEffects, Effects, learner, probe_cold
+from langgraph_durable._tiers.common import (
+    AsyncEffects,
+    Effects,
+    RedisCheck,
+    learner,
+    probe_cold,
+)
 from langgraph_durable._tiers.leases import Leases
 from langgraph_durable.config import SaverConfig, seconds
 from langgraph_durable.errors import ConfigurationError, TierUnavailableError
@@ -93,6 +99,8 @@ class Engine:
         self._aio: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[aio.Tiers, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
+        # which Redis process the hot data was checked in (`hot.check_redis`)
+        self.redis_check = RedisCheck(lambda run_id: hot.check_redis(self.context, run_id))
         self._fork_hooks: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Future[None]] = set()  # background probes and polls
         _ENGINES.add(self)
@@ -105,7 +113,7 @@ class Engine:
             with self._lock:
                 if self._sync is None:
                     tiers = sync.Tiers(self.config, self.context.latencies, self.provided,
-                                       self._learn, self.context.cold)
+                                       self._learn, self.context.cold, self.redis_check)
                     try:
                         failed = tiers.open(detect=self.context.breaker.allows())
                     except BaseException:  # e.g. a prefix laid out with other shards
@@ -124,7 +132,7 @@ class Engine:
         if entry is None:
             self._bind_provided(loop)
             fresh = aio.Tiers(self.config, self.context.latencies, self.provided,
-                               self._learn, self.context.cold)
+                               self._learn, self.context.cold, self.redis_check)
             try:
                 failed = await fresh.open(detect=self.context.breaker.allows())
             except BaseException:  # e.g. a prefix laid out with other shards

@@ -59,6 +59,8 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
                                    rejected=[1, "why"], versions=[]),
                   [[1, 2, 3, 4, 5], [1, "why"], []]),
     "journal_state": (shards.journal_state(LAYOUT, 0), []),
+    "incarnation": (shards.incarnation(LAYOUT, "check", "run", "tok", 1000), []),
+    "incarnation_scan": (shards.incarnation_scan(LAYOUT, "tok", 1000, "0", 10), []),
     "journal_leave": (shards.journal_leave(LAYOUT, 0, "g", "c"), []),
     "dead_letters": (shards.dead_letters(LAYOUT, 0, "-", 10), []),
     "store_get": (store.get("e"), []),

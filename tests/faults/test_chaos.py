@@ -14,7 +14,7 @@ KILLS = 12
 
 def test_kills_and_faults_lose_nothing_acknowledged_and_repeat_no_effect() -> None:
     """12 SIGKILLs (6 per write mode, four workers a round), a Redis restart and a Postgres
-    cut in each mode, cancellations, forks and resolves: no acknowledged checkpoint is lost,
+    cut in each mode, a Redis restored from an older snapshot, cancellations, forks and resolves: no acknowledged checkpoint is lost,
     no order reaches the provider twice, no call is left unsettled, every thread resumes to
     its end, and every resume has a known explanation."""
     tally = soak(KILLS, seed=7, workers=4)
@@ -23,6 +23,7 @@ def test_kills_and_faults_lose_nothing_acknowledged_and_repeat_no_effect() -> No
     assert all(tally.kills[mode] * 2 >= KILLS for mode in MODES), report
     assert tally.faults["postgres cut"] >= 2, report
     assert sum(n for fault, n in tally.faults.items() if fault.startswith("redis")) >= 2, report
+    assert tally.faults["redis none restarted from an older snapshot"] >= 1, report
     for fault in ("asyncio cancel (timeout)", "asyncio cancel mid-tool",
                   "cli fork (calls in flight)", "cli resolve-all (call in flight)"):
         assert tally.faults[fault] >= 1, report

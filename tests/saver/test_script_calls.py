@@ -298,6 +298,36 @@ def test_store_scripts_fill_only_what_no_write_or_newer_row_replaced(
     assert run(client, store.get(entry)) == [b"6", b"row-6"]
 
 
+def test_a_redis_process_is_checked_by_one_caller_and_recorded(
+        client: redis.Redis, layout: Layout) -> None:
+    """A run id not recorded: the first caller gets the lock, a second waits; the holder's
+    scan steps return the thread keys (registry, versions) and delete the store's cached
+    items; once done the run id is recorded and the lock gone, and a caller whose lock was
+    taken over gets nothing from a scan step."""
+    keys = layout.thread("t-1")
+    client.sadd(keys.registry, keys.index(""))
+    client.hset(keys.versions, "*", 1)
+    client.set(f"{layout.prefix}:store:[\"ns\", \"k\"]", "cached")
+    assert run(client, shards.incarnation(layout, "check", "run-1", "mine", 5000)) == 0
+    assert run(client, shards.incarnation(layout, "check", "run-1", "other", 5000)) == -1
+    met: set[str] = set()
+    cursor = "0"
+    while True:
+        reply = run(client, shards.incarnation_scan(layout, "mine", 5000, cursor, 100))
+        cursor = reply[0].decode()
+        met |= {key.decode() for key in reply[1:]}
+        if cursor == "0":
+            break
+    assert met == {keys.registry, keys.versions}
+    assert {layout.thread_of(key) for key in met} == {"t-1"}
+    assert not client.keys(f"{layout.prefix}:store:*")
+    assert run(client, shards.incarnation_scan(layout, "other", 5000, "0", 100)) == []
+    assert run(client, shards.incarnation(layout, "done", "run-1", "mine")) == 1
+    assert run(client, shards.incarnation(layout, "check", "run-1", "other", 5000)) == 1
+    assert not client.exists(layout.incarnation_lock())
+    assert run(client, shards.incarnation(layout, "check", "run-2", "other", 5000)) == 0
+
+
 def test_every_script_ran() -> None:
     """The tests above ran every script of the registry (runs last, in file order)."""
     assert set(SCRIPTS) == RAN

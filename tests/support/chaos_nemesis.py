@@ -104,17 +104,22 @@ class Nemesis:
 
     def fault(self, fault: str, kind: str, runs: list[Run], offsets: list[int]) -> None:
         """The round's fault: ``redis``, the round's Redis SIGKILLed and restarted (every
-        ack its workers wrote so far read first), or ``postgres``, every connection cut for
-        a moment."""
-        if fault == "redis":
+        ack its workers wrote so far read first); ``snapshot``, the same after an RDB
+        written a moment before, which the restart loads (a Redis back in time, with a new
+        run id); or ``postgres``, every connection cut for a moment."""
+        if fault in ("redis", "snapshot"):
             server = self.redis[kind]
+            if fault == "snapshot":  # the workers go on a moment after an RDB is written
+                server.save()
+                time.sleep(self.rng.uniform(0.3, 1.0))
             for i, r in enumerate(runs):  # every ack written so far, read before the kill
                 offsets[i] = r.read_acks(offsets[i])
                 r.redis_killed_at = time.monotonic()
             server.kill()
             time.sleep(self.rng.uniform(0.1, 0.5))
             server.start()
-            self.tally.faults[f"redis {kind} killed+restarted"] += 1
+            self.tally.faults[f"redis {kind} killed+restarted" if fault == "redis" else
+                              f"redis {kind} restarted from an older snapshot"] += 1
         elif fault == "postgres":
             self.proxy.cut()
             time.sleep(self.rng.uniform(0.3, 1.0))

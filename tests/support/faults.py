@@ -78,6 +78,15 @@ class PrivateRedis:
                 time.sleep(0.02)
         client.close()
 
+    def save(self) -> None:
+        """Write an RDB of the data now (``SAVE``): the next start loads it, whatever was
+        written after it gone, as a restore from a backup or an old snapshot does."""
+        client = redis.Redis(port=self.port, password=self.password)
+        try:
+            client.save()
+        finally:
+            client.close()
+
     def freeze(self) -> None:
         """SIGSTOP: the server keeps its port (the kernel still accepts connections) and
         answers nothing, as a paused machine or an overloaded server does."""

@@ -60,3 +60,19 @@ def dead_letter(layout: Layout, shard: int, *, unflushed: str, letter: str, acti
         dead=layout.dead(shard), journal=layout.journal(shard),
         journal_bytes=layout.journal_bytes(shard), unflushed=unflushed, letter=letter,
         action=action, member=member)
+
+
+def incarnation(layout: Layout, mode: str, run_id: str, token: str = "", lease: int = 0) -> Hot:
+    """Ask whether the Redis process ``run_id`` was checked (taking the lock to check it,
+    ``mode`` "check"), or record that it was (``mode`` "done"); see `hot.check_redis`."""
+    return SCRIPTS["incarnation"].call(
+        incarnation=layout.incarnation(), lock=layout.incarnation_lock(), mode=mode,
+        run_id=run_id, token=token, lease=lease)
+
+
+def incarnation_scan(layout: Layout, token: str, lease: int, cursor: str, count: int) -> Hot:
+    """One SCAN step over the prefix's keys for `hot.check_redis` (the store's cached items
+    it meets are deleted); replies the next cursor and the thread keys met."""
+    return SCRIPTS["incarnation_scan"].call(
+        lock=layout.incarnation_lock(), token=token, lease=lease, cursor=cursor,
+        pattern=f"{layout.prefix}:*", count=count, store_prefix=f"{layout.prefix}:store:")
