@@ -386,6 +386,53 @@ def test_misuse_is_reported(saver: DurableSaver) -> None:
         echo.invoke(tool_call("echo", {"x": 1}), {})
 
 
+def test_a_call_whose_step_redis_lost_fails_at_once_not_after_write_deadline(
+    namespace: tuple[str, str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written behind, the checkpoint that decided a durable tool's step is lost before it
+    reached Postgres (Redis restarts from a snapshot taken before it). The tool does not
+    run, and says so as soon as a drain shows the checkpoint in neither tier, instead of
+    polling Postgres for ``write_deadline`` (a worker agent that retries failed tools
+    waited that long on every call)."""
+    import time
+
+    from langgraph_durable._core import journal
+    from tests.support.faults import PrivateRedis
+    from tests.support.graphs import CHARGE_CALL, charge_card_graph
+    from tests.support.servers import POSTGRES_URL
+
+    server = PrivateRedis(tmp_path)
+    server.start()
+    schema, prefix = namespace
+    saver = DurableSaver(server.url, POSTGRES_URL, key_prefix=prefix, schema=schema,
+                         write_mode="behind", write_deadline=30.0, background_flush=False)
+    try:
+        saver.setup()
+        server.save()  # nothing of the thread in it
+        drain = journal.flush
+        restarted: list[bool] = []
+
+        def lost_then_drain(*args: Any, **kwargs: Any) -> Any:
+            if not restarted:  # the step's checkpoint is in Redis alone: lose it
+                restarted.append(True)
+                server.kill()
+                server.start()
+            return (yield from drain(*args, **kwargs))
+
+        monkeypatch.setattr(journal, "flush", lost_then_drain)
+        calls: list[int] = []
+        graph = charge_card_graph(saver, calls)
+        started = time.monotonic()
+        with pytest.raises(ToolCallError, match="neither in Postgres nor in Redis's journal"):
+            graph.invoke({"messages": [AIMessage("", tool_calls=[CHARGE_CALL])]},
+                         thread_config(new_thread()), durability="sync")
+        assert time.monotonic() - started < 10.0
+        assert restarted and calls == []
+    finally:
+        saver.close()
+        server.stop()
+
+
 def test_a_call_whose_step_never_reaches_postgres_gives_up_within_write_deadline(
     make_saver: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

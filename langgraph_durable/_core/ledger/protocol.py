@@ -31,6 +31,7 @@ from redis.backoff import ExponentialBackoff
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
+from langgraph_durable._core.keys import unb64
 from langgraph_durable._core.ledger.model import (
     INTERRUPT_TYPE,
     Ask,
@@ -53,6 +54,7 @@ from langgraph_durable._core.ledger.values import (
     rebuild_error,
 )
 from langgraph_durable._core.requests import Cold, Op, Pause
+from langgraph_durable._core.scripts import thread
 from langgraph_durable._core.sql.ledger import statements
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import (
@@ -184,8 +186,11 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
     where = {"thread_id": spec.thread_id, "namespaces": list(deciding),
              "checkpoint_ids": list(deciding.values()), "key": spec.key}
     decision = statements(ctx.config.schema).decision
+    # A put LangGraph did not wait for ("async") may still be on its way to Redis for as
+    # long as one request may take; under "sync" it was acknowledged before the step ran.
+    in_flight = seconds(ctx.config.tier_timeout) if spec.durability == "async" else 0.0
     # the bound is wall time: each look also drains the journal, which takes its own time
-    started, polls = time.monotonic(), 0
+    started, polls, drained = time.monotonic(), 0, None
     while True:
         waited = time.monotonic() - started
         row = (yield Cold.one(decision, where, fetch=True))[0][0]
@@ -196,6 +201,17 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
                 return seen
         if row["decided"]:
             return None
+        if drained is not None and drained - started >= in_flight and not (
+                yield from _unflushed(ctx, spec.thread_id, deciding)):
+            raise ToolCallError(
+                f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) did not run: "
+                f"a checkpoint that decided it ({spec.decided_by!r} or an enclosing step's) "
+                "is neither in Postgres nor in Redis's journal: Redis lost it before it was "
+                "flushed (a restart, an emptied Redis), or Postgres rejected it (see "
+                "`langgraph-durable dead-letters`). This run goes on from a step that is not "
+                "stored; resume the thread from its last stored checkpoint",
+                key=spec.key,
+            )
         if waited >= deadline:
             raise ToolCallError(
                 f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) did not run: "
@@ -204,6 +220,7 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
                 key=spec.key,
             )
         if behind and polls == 0:  # moved at once; then polled while its put is in flight
+            drained = time.monotonic()
             yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
             polls = 1
             continue
@@ -211,7 +228,18 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
         polls += 1
         yield Pause(delay)
         if behind:
+            drained = time.monotonic()
             yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
+
+
+def _unflushed(ctx: Context, thread_id: str, deciding: dict[str, str]) -> Op[bool]:
+    """Whether Redis's journal may still hold one of the ``deciding`` checkpoints (by
+    namespace) of the thread: it lists one among the thread's entries not yet flushed, or
+    cannot tell (an entry whose checkpoint has no hot copy)."""
+    complete, records = thread.unflushed_records(
+        (yield thread.list_unflushed(ctx.layout.thread(thread_id))))
+    held = {(unb64(ns), record.checkpoint_id) for ns, record in records}
+    return not complete or any(pair in held for pair in deciding.items())
 
 
 _warned_exit = False
