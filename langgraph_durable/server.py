@@ -126,8 +126,9 @@ async def store() -> AsyncIterator[DurableStore]:
       shutdown leaves the one its main thread entered;
     - ``index`` and ``ttl`` of ``langgraph.json``'s ``store`` configure only the server's
       built-in store: the server passes nothing to a custom one and runs no TTL sweeper
-      for it. Items put with a TTL still expire (reads never return them); call
-      `DurableStore.asweep_ttl` from a scheduled job to delete them.
+      for it. So this one runs its own (`DurableStore.astart_ttl_sweeper`), every
+      ``LGD_STORE_SWEEP_MINUTES`` (default 5; ``0``: none): each replica runs one, and
+      they sweep once per interval between them.
 
     Raises:
         ConfigurationError: a setting is invalid.
@@ -135,8 +136,28 @@ async def store() -> AsyncIterator[DurableStore]:
         SchemaVersionError: the schema was migrated by a newer release.
     """
     durable = DurableStore(**store_options())
+    minutes = _sweep_minutes()
     try:
         await durable.asetup()
+        if minutes:
+            await durable.astart_ttl_sweeper(minutes)
         yield durable
     finally:
         await durable.aclose()
+
+
+def _sweep_minutes() -> float:
+    """``LGD_STORE_SWEEP_MINUTES``: the server store's TTL sweep interval (0: none).
+
+    Raises:
+        ConfigurationError: it is not a number of minutes.
+    """
+    text = os.environ.get("LGD_STORE_SWEEP_MINUTES", "").strip() or "5"
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = -1.0
+    if not 0 <= minutes <= 7 * 24 * 60:
+        raise ConfigurationError(
+            f"LGD_STORE_SWEEP_MINUTES must be a number of minutes (0: no sweeper), got {text!r}")
+    return minutes

@@ -8,11 +8,15 @@ rows for `get`, kept coherent across processes (`_core/store.py`). One object se
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig, validate_op_namespace
 
@@ -26,6 +30,8 @@ from langgraph_durable._core.strict import default_serde
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import ConfigurationError
+
+logger = logging.getLogger("langgraph_durable")
 
 _SEMANTIC = (
     "semantic search needs the pgvector extension and an embedding index, which this "
@@ -75,6 +81,9 @@ class DurableStore(BaseStore):
         self.config = SaverConfig.from_env(redis_url=redis_url, postgres_url=postgres_url,
                                            key_prefix=key_prefix, schema=schema, **options)
         self.ttl_config = ttl
+        self._sweeper: concurrent.futures.Future[None] | None = None
+        self._sweeper_stop = threading.Event()
+        self._asweeper: tuple[asyncio.Task[None], asyncio.Event] | None = None
         self.cache = core.CacheSettings(prefix=self.config.key_prefix, ttl=cache_ttl)
         self.engine = Engine(
             self.config, default_serde(None, self.config),
@@ -106,11 +115,14 @@ class DurableStore(BaseStore):
         await self.engine.arun(migrate.setup(self.config.schema, self.migrations))
 
     def close(self) -> None:
-        """Close the blocking clients."""
+        """Stop the TTL sweeper thread, if one runs, and close the blocking clients."""
+        self.stop_ttl_sweeper()
         self.engine.close()
 
     async def aclose(self) -> None:
-        """Close the running event loop's clients."""
+        """Stop the TTL sweeper task, if one runs, and close the running event loop's
+        clients."""
+        await self.astop_ttl_sweeper()
         await self.engine.aclose()
 
     def __enter__(self) -> DurableStore:
@@ -163,13 +175,110 @@ class DurableStore(BaseStore):
         return await self.engine.arun(
             core.batch(self.engine.context, self.cache, self._checked(ops)))
 
-    def sweep_ttl(self, batch: int = 1000) -> int:
-        """Delete expired items, at most ``batch`` per statement; returns how many."""
-        return self.engine.run(core.sweep(self.config.schema, self._batch(batch)))
+    @overload
+    def sweep_ttl(self, batch: int = 1000) -> int: ...
+    @overload
+    def sweep_ttl(self, batch: int = 1000, *, every: float) -> int | None: ...
 
-    async def asweep_ttl(self, batch: int = 1000) -> int:
+    def sweep_ttl(self, batch: int = 1000, *, every: float | None = None) -> int | None:
+        """Delete expired items, at most ``batch`` per statement; returns how many. With
+        ``every`` (seconds), only if no process sharing the schema began a sweep within
+        that long (else ``None``): what the TTL sweeper does, so many replicas sweep once."""
+        return self.engine.run(core.sweep(self.config.schema, self._batch(batch),
+                                          _every(every)))
+
+    @overload
+    async def asweep_ttl(self, batch: int = 1000) -> int: ...
+    @overload
+    async def asweep_ttl(self, batch: int = 1000, *, every: float) -> int | None: ...
+
+    async def asweep_ttl(self, batch: int = 1000, *, every: float | None = None
+                         ) -> int | None:
         """Async twin of `sweep_ttl`."""
-        return await self.engine.arun(core.sweep(self.config.schema, self._batch(batch)))
+        return await self.engine.arun(core.sweep(self.config.schema, self._batch(batch),
+                                                 _every(every)))
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None
+                          ) -> concurrent.futures.Future[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: the ``ttl``
+        config's ``sweep_interval_minutes``, else 5) in a thread of its own, at once and
+        then each interval; returns its future (`stop_ttl_sweeper` ends it). Every replica
+        may run one: a sweep runs only where no other began within the interval
+        (`sweep_ttl`'s ``every``), so they sweep once per interval between them. A sweep
+        that fails (a tier down) is logged and tried again next interval."""
+        interval = self._interval(sweep_interval_minutes)
+        if self._sweeper is not None and not self._sweeper.done():
+            return self._sweeper
+        stop = self._sweeper_stop = threading.Event()
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def loop() -> None:
+            try:
+                while True:
+                    _swept(lambda: self.sweep_ttl(every=interval * 0.9))
+                    if stop.wait(interval):
+                        break
+            finally:
+                future.set_result(None)
+
+        threading.Thread(target=loop, name="lgd-store-ttl-sweeper", daemon=True).start()
+        self._sweeper = future
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the thread `start_ttl_sweeper` started; whether it ended within ``timeout``
+        (True when none runs)."""
+        if self._sweeper is None:
+            return True
+        self._sweeper_stop.set()
+        try:
+            self._sweeper.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return False
+        return True
+
+    async def astart_ttl_sweeper(self, sweep_interval_minutes: float | None = None
+                                 ) -> asyncio.Task[None]:
+        """Async twin of `start_ttl_sweeper`: a task of the running loop
+        (`astop_ttl_sweeper` ends it)."""
+        interval = self._interval(sweep_interval_minutes)
+        if self._asweeper is not None and not self._asweeper[0].done():
+            return self._asweeper[0]
+        stop = asyncio.Event()
+
+        async def loop() -> None:
+            while True:
+                await _aswept(self.asweep_ttl(every=interval * 0.9))
+                try:
+                    await asyncio.wait_for(stop.wait(), interval)
+                    return
+                except TimeoutError:
+                    continue
+
+        task = asyncio.create_task(loop(), name="lgd-store-ttl-sweeper")
+        self._asweeper = (task, stop)
+        return task
+
+    async def astop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the task `astart_ttl_sweeper` started; whether it ended within
+        ``timeout`` (True when none runs)."""
+        if self._asweeper is None:
+            return True
+        task, stop = self._asweeper
+        stop.set()
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return bool(done)
+
+    def _interval(self, minutes: float | None) -> float:
+        """The sweeper's interval in seconds."""
+        if minutes is None:
+            minutes = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not (
+                0 < minutes <= 7 * 24 * 60):
+            raise ConfigurationError(
+                f"sweep_interval_minutes must be a number of minutes above 0, at most a week; "
+                f"got {minutes!r}")
+        return float(minutes) * 60
 
     @staticmethod
     def _batch(batch: int) -> int:
@@ -185,3 +294,29 @@ class DurableStore(BaseStore):
         for op in ops:
             validate_op_namespace(op)  # a search's query is ignored, as InMemoryStore does
         return ops
+
+
+def _every(every: float | None) -> float | None:
+    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, float))
+                              or every < 0):
+        raise ConfigurationError(f"sweep_ttl every must be a number of seconds, got {every!r}")
+    return every
+
+
+def _swept(sweep: Callable[[], int | None]) -> None:
+    try:
+        _said(sweep())
+    except Exception as exc:  # the sweeper's own thread: nobody else would hear of it
+        logger.warning("store TTL sweep failed (tried again next interval): %s", exc)
+
+
+async def _aswept(sweep: Awaitable[int | None]) -> None:
+    try:
+        _said(await sweep)
+    except Exception as exc:  # the sweeper's own task: nobody else would hear of it
+        logger.warning("store TTL sweep failed (tried again next interval): %s", exc)
+
+
+def _said(gone: int | None) -> None:
+    if gone:
+        logger.info("store TTL sweep deleted %d expired items", gone)

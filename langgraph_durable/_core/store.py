@@ -194,9 +194,16 @@ def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp]) -> Operation[Non
     return None
 
 
-def sweep(schema: str, batch_size: int) -> Operation[int]:
-    """Delete expired items, at most ``batch_size`` per statement, until none is left;
-    returns how many went."""
+def sweep(schema: str, batch_size: int, every: float | None = None) -> Operation[int | None]:
+    """Delete expired items, at most ``batch_size`` per statement (each its own commit, so
+    no sweep holds many rows at once), until none is left; returns how many went. With
+    ``every`` (seconds), only if no replica began a sweep within that long: it claims the
+    interval first (one row, `SWEEP_CLAIM_SQL`), and returns ``None`` when another did."""
+    if every is not None:
+        claimed = (yield Cold.one(q.statements(schema).sweep_claim, {"every": every},
+                                  fetch=True))[0]
+        if not claimed:
+            return None
     total = 0
     while True:
         rows = (yield Cold.one(q.statements(schema).sweep, {"batch": batch_size},

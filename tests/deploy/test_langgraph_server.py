@@ -374,8 +374,8 @@ async def test_the_entry_point_reads_the_lgd_environment(
 
 async def test_the_store_entry_point_reads_the_lgd_environment(
         namespace: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """`store` builds a set-up store from the ``LGD_*`` settings (its table exists on entry)
-    and closes it; what it wrote is there for the next one. ``LGD_WRITE_MODE`` is the
+    """`store` builds a set-up store from the ``LGD_*`` settings (its table exists on entry,
+    its TTL sweeper runs: the server runs none for a custom store) and closes it; what it wrote is there for the next one. ``LGD_WRITE_MODE`` is the
     saver's only: the store ignores it."""
     schema, prefix = namespace
     for name, value in (("LGD_REDIS_URL", REDIS_URL), ("LGD_POSTGRES_URL", POSTGRES_URL),
@@ -385,6 +385,7 @@ async def test_the_store_entry_point_reads_the_lgd_environment(
     try:
         async with store() as entered:
             assert isinstance(entered, DurableStore)
+            assert entered._asweeper is not None and not entered._asweeper[0].done()
             assert (entered.config.schema, entered.config.key_prefix) == (
                 f"{schema}_store", f"{prefix}-store")
             assert await entered.aget(("users", "ada"), "m1") is None
@@ -397,6 +398,11 @@ async def test_the_store_entry_point_reads_the_lgd_environment(
             "schema": f"{schema}_store", "key_prefix": f"{prefix}-store", "cache_ttl": 60}
     finally:
         drop_schema(f"{schema}_store")
+    monkeypatch.setenv("LGD_STORE_SWEEP_MINUTES", "soon")
+    with pytest.raises(ConfigurationError, match="LGD_STORE_SWEEP_MINUTES"):
+        async with store():
+            pytest.fail("entered a store with a sweep interval that is no number")
+    monkeypatch.setenv("LGD_STORE_SWEEP_MINUTES", "5")
     monkeypatch.setenv("LGD_POSTGRES_URL", "postgresql://postgres@127.0.0.1:1/test")
     with pytest.raises(TierUnavailableError, match="Postgres"):
         async with store():

@@ -92,3 +92,94 @@ def test_sweep_deletes_in_bounded_statements(store: DurableStore) -> None:
     assert store.sweep_ttl(batch=3) == expired - 3
     assert [i.key for i in store.search(ns)] == ["live"]
     assert store.sweep_ttl(batch=3) == 0
+
+
+def _expired_count(store: DurableStore, ns: tuple[str, ...]) -> int:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        return int(conn.execute(  # type: ignore[index]
+            f'SELECT count(*) FROM "{store.config.schema}".lgd_store_items '
+            "WHERE namespace = %s", (list(ns),)).fetchone()[0])
+
+
+def test_replicas_sweep_once_per_interval(make_store: MakeStore) -> None:
+    """With ``every``, a sweep runs only where no replica began one within that long: the
+    first of two replicas sweeps, the second is told another did (``None``); once the
+    interval passed, it sweeps. A sweep without ``every`` always runs."""
+    first, second = make_store(), make_store()
+    ns = (f"r{uuid.uuid4().hex[:8]}",)
+    for n in range(3):
+        first.put(ns, f"k{n}", {"n": n}, ttl=5)
+    _expire(first, ns, -1)
+    assert first.sweep_ttl(every=60) == 3
+    second.put(ns, "late", {"n": 3}, ttl=5)
+    _expire(second, ns, -1)
+    assert second.sweep_ttl(every=60) is None
+    assert first.sweep_ttl(every=60) is None
+    assert _expired_count(second, ns) == 1
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{first.config.schema}".lgd_store_sweeps '
+                     "SET swept_at = now() - interval '61 seconds'")
+    assert second.sweep_ttl(every=60) == 1
+    first.put(ns, "again", {"n": 4}, ttl=5)
+    _expire(first, ns, -1)
+    assert first.sweep_ttl() == 1
+
+
+def test_each_replica_runs_a_sweeper_thread_and_expired_items_go(
+        make_store: MakeStore) -> None:
+    """`start_ttl_sweeper` on two replicas sweeps at once and then every interval: items
+    that expire meanwhile are deleted without anyone calling `sweep_ttl`; stopping returns
+    True, and `close` stops a sweeper left running."""
+    import time
+
+    first, second = make_store(), make_store()
+    ns = (f"w{uuid.uuid4().hex[:8]}",)
+    for store in (first, second):
+        store.start_ttl_sweeper(sweep_interval_minutes=0.5 / 60)
+    assert first.start_ttl_sweeper(0.5 / 60) is first.start_ttl_sweeper(0.5 / 60)
+    for n in range(4):
+        first.put(ns, f"k{n}", {"n": n}, ttl=5)
+    _expire(first, ns, -1)
+    deadline = time.monotonic() + 10
+    while _expired_count(first, ns) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _expired_count(first, ns) == 0
+    assert first.stop_ttl_sweeper(timeout=5)
+    future = second.start_ttl_sweeper()
+    second.close()
+    assert future.done()
+
+
+def test_an_async_sweeper_task_deletes_expired_items_and_stops(make_store: MakeStore) -> None:
+    """`astart_ttl_sweeper` is a task of the running loop doing the same."""
+    import asyncio
+
+    store = make_store()
+    ns = (f"a{uuid.uuid4().hex[:8]}",)
+
+    async def scenario() -> bool:
+        task = await store.astart_ttl_sweeper(sweep_interval_minutes=0.5 / 60)
+        await store.aput(ns, "k", {"n": 1}, ttl=5)
+        _expire(store, ns, -1)
+        for _ in range(100):
+            if not _expired_count(store, ns):
+                break
+            await asyncio.sleep(0.1)
+        stopped = await store.astop_ttl_sweeper(timeout=5)
+        await store.aclose()
+        return stopped and task.done()
+
+    assert asyncio.run(scenario())
+    assert _expired_count(store, ns) == 0
+
+
+def test_a_sweep_interval_that_is_no_number_of_minutes_is_refused(store: DurableStore) -> None:
+    import pytest
+
+    from langgraph_durable import ConfigurationError
+
+    for bad in (0, -1, "5", True, 8 * 24 * 60):
+        with pytest.raises(ConfigurationError, match="sweep_interval_minutes"):
+            store.start_ttl_sweeper(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="every"):
+        store.sweep_ttl(every=-1)

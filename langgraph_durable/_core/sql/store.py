@@ -51,6 +51,16 @@ CREATE INDEX lgd_store_items_expires_idx ON {schema}.lgd_store_items (expires_at
     WHERE expires_at IS NOT NULL;
 """,
     ),
+    Migration(
+        21,
+        "when the store's TTL sweep last ran, across replicas",
+        """
+CREATE TABLE {schema}.lgd_store_sweeps (
+    name      text PRIMARY KEY,
+    swept_at  timestamptz NOT NULL
+);
+""",
+    ),
 )
 
 _COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, version"
@@ -101,18 +111,28 @@ WHERE t.namespace = e.namespace AND t.key = e.key AND t.expires_at <= now()
 RETURNING 1 AS gone"""
 
 
+# Claim this interval's TTL sweep: one row, moved to now() only when the last sweep of any
+# replica began at least %(every)s seconds ago; a row back means this caller sweeps.
+SWEEP_CLAIM_SQL = """
+INSERT INTO {schema}.lgd_store_sweeps AS s (name, swept_at) VALUES ('ttl', now())
+ON CONFLICT (name) DO UPDATE SET swept_at = now()
+    WHERE s.swept_at <= now() - make_interval(secs => %(every)s::double precision)
+RETURNING swept_at"""
+
 
 @dataclass(frozen=True, slots=True, init=False, eq=False)
 class StoreStatements(Rendered):
     """The store's fixed statements rendered for one schema."""
 
     TEMPLATES: ClassVar[Mapping[str, str]] = {
-        "get": GET_SQL, "put": PUT_SQL, "delete": DELETE_SQL, "sweep": SWEEP_SQL}
+        "get": GET_SQL, "put": PUT_SQL, "delete": DELETE_SQL, "sweep": SWEEP_SQL,
+        "sweep_claim": SWEEP_CLAIM_SQL}
 
     get: sql.SQL
     put: sql.SQL
     delete: sql.SQL
     sweep: sql.SQL
+    sweep_claim: sql.SQL
 
 
 statements = functools.cache(StoreStatements)
