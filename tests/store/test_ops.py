@@ -80,6 +80,37 @@ def test_sibling_namespace_never_matches_a_prefix(store: DurableStore) -> None:
     assert store.list_namespaces(prefix=(root, "b")) == [(root, "b"), (root, "b", "c")]
 
 
+def test_a_prefix_matches_through_the_namespace_index_segment_by_segment(
+        store: DurableStore) -> None:
+    """A prefix is an index range in byte order: segments that extend the last one ("b",
+    "b!", "b\u00e9", "b\U0001f600") or sort between it and its successor never match;
+    an empty last segment matches only itself; and in a table of thousands of items
+    Postgres reads the range from the index instead of scanning every item."""
+    import psycopg
+
+    from langgraph_durable._core.sql.store import search_statement
+    from tests.support.servers import POSTGRES_URL
+
+    root = _root()
+    for label in ("b", "b!", "b\u00e9", "b\U0001f600", "a", "c"):
+        store.put((root, label), "k", {"label": label})
+        store.put((root, label, "deeper"), "k", {"label": label + "/deeper"})
+    assert sorted(i.value["label"] for i in store.search((root, "b"))) == ["b", "b/deeper"]
+    assert sorted(i.value["label"] for i in store.search((root, "b!"))) == ["b!", "b!/deeper"]
+    assert store.list_namespaces(prefix=(root, "b\u00e9")) == [
+        (root, "b\u00e9"), (root, "b\u00e9", "deeper")]
+    store.batch([PutOp((f"{root}-bulk", f"u{n % 300}"), f"k{n}", {"n": n})
+                 for n in range(3000)])
+    query, params = search_statement(store.config.schema, (f"{root}-bulk", "u7"), None,
+                                     10, 0, False)
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'ANALYZE "{store.config.schema}".lgd_store_items')
+        plan = "\n".join(row[0] for row in conn.execute(
+            psycopg.sql.SQL("EXPLAIN ") + query, params).fetchall())
+    assert "lgd_store_items_namespace_c_idx" in plan, plan
+    assert len(store.search((f"{root}-bulk", "u7"), limit=100)) == 10
+
+
 def test_search_limit_offset_and_order(store: DurableStore) -> None:
     """Search returns newest first, pages with limit and offset."""
     ns = (_root(),)

@@ -17,6 +17,7 @@ the row (a put sets a new expiry) or refreshing it too.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,14 @@ CREATE TABLE {schema}.lgd_store_sweeps (
     name      text PRIMARY KEY,
     swept_at  timestamptz NOT NULL
 );
+""",
+    ),
+    Migration(
+        22,
+        "namespace prefixes found through an index",
+        """
+CREATE INDEX lgd_store_items_namespace_c_idx
+    ON {schema}.lgd_store_items ((namespace COLLATE "C"));
 """,
     ),
 )
@@ -164,14 +173,12 @@ def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any
                      refresh: bool) -> tuple[sql.Composed, dict[str, Any]]:
     """The live items under ``prefix`` (whole segments) matching ``where``, newest first,
     refreshing the TTL of those returned when ``refresh``."""
-    params: dict[str, Any] = {"prefix": list(prefix), "depth": len(prefix),
-                              "limit": limit, "offset": offset, "refresh": refresh}
+    params: dict[str, Any] = {"limit": limit, "offset": offset, "refresh": refresh}
     condition = compile_filter(where or {}, params)
     query = sql.SQL("""
 WITH found AS (
     SELECT {columns} FROM {table}
-    WHERE (%(depth)s = 0 OR namespace[1:%(depth)s] = %(prefix)s::text[]) AND {live}
-      AND {condition}
+    WHERE {under} AND {live} AND {condition}
     ORDER BY updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s
 ), refreshed AS (
     UPDATE {table} SET {refresh}
@@ -181,8 +188,24 @@ WITH found AS (
 )
 SELECT * FROM found ORDER BY updated_at DESC, namespace, key""").format(
         columns=sql.SQL(_COLUMNS), table=_table(schema), live=sql.SQL(_LIVE),
-        condition=condition, refresh=sql.SQL(_REFRESH))
+        condition=condition, refresh=sql.SQL(_REFRESH), under=_under(prefix, params))
     return query, params
+
+
+def _under(prefix: Sequence[str], params: dict[str, Any]) -> sql.Composable:
+    """The namespaces that start with the whole segments ``prefix``, as an index range
+    (`lgd_store_items_namespace_c_idx`): under byte order ("C"), every array starting with
+    ``[..., last]`` lies between it and ``[..., last || chr(1)]``, and no other (text holds
+    no chr(0)). The exact test stays beside the range."""
+    if not prefix:
+        return sql.SQL("true")
+    params["under"] = list(prefix)
+    params["under_end"] = [*prefix[:-1], prefix[-1] + "\x01"]
+    params["under_depth"] = len(prefix)
+    return sql.SQL(
+        '(namespace COLLATE "C") >= %(under)s::text[] '
+        'AND (namespace COLLATE "C") < %(under_end)s::text[] '
+        "AND namespace[1:%(under_depth)s] = %(under)s::text[]")
 
 
 def list_namespaces_statement(
@@ -193,6 +216,10 @@ def list_namespaces_statement(
     path) condition, ``"*"`` matching any one segment, cut to ``max_depth``, sorted."""
     params: dict[str, Any] = {"limit": limit, "offset": offset, "depth": max_depth}
     parts: list[sql.Composable] = [sql.SQL(_LIVE)]
+    for kind, path in conditions[:1]:  # the leading labels of a prefix: an index range
+        if kind == "prefix":
+            fixed = list(itertools.takewhile(lambda label: label != "*", path))
+            parts.append(_under(fixed, params))
     for number, (kind, path) in enumerate(conditions):
         if kind not in ("prefix", "suffix"):
             raise ConfigurationError(f"a namespace match is 'prefix' or 'suffix', got {kind!r}")
