@@ -71,8 +71,13 @@ class Checker:
         t, ns = read.call.thread, read.call.ns
         deletes, prunes = self._destroys(t, ["delete"]), self._destroys(t, ["prune"])
         acked = [p for p in self.puts.values() if p.acked and self._same(p, t, ns)]
-        # the newest the read may find: of every put acknowledged before it ended
-        newest = max((p.call.checkpoint_id for p in acked if p.end <= read.end), default=None)
+        # the newest a prune may have kept: of every put acknowledged before the read
+        # ended, or that may have committed unacknowledged (its reply lost, or still
+        # running): a prune keeps the namespace's latest, whoever wrote it
+        newest = max((p.call.checkpoint_id for p in self.puts.values()
+                      if self._same(p, t, ns) and p.start <= read.end
+                      and (p.end <= read.end if p.acked else self._may_have_committed(p))),
+                     default=None)
         out = []
         for p in (p for p in acked if p.ends_before(read.start)):
             if p.id in self.sim.lost or any(_overlaps(d, p.start, read.end) for d in deletes):
@@ -85,6 +90,12 @@ class Checker:
                 continue
             out.append(p)
         return sorted(out, key=lambda p: p.call.checkpoint_id, reverse=True)
+
+    @staticmethod
+    def _may_have_committed(put: Record) -> bool:
+        """Whether an unacknowledged put may be in Postgres: a request of it ran, and it
+        did not end with a refusal that stores nothing."""
+        return put.wrote >= 0 and "ThreadConflictError" not in put.error
 
     def _unseen_for_now(self, write: Record, read: Record) -> bool:
         """The documented exception of I1: a write that bypassed Redis, read by another
