@@ -171,10 +171,21 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
 
 
 def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp]) -> Operation[None]:
-    """Hold the entries, commit every write in one transaction, then store the rows."""
+    """Hold the entries, commit every write in one transaction, then store the rows.
+
+    One put sends both scripts without waiting (their replies are read on the connection's
+    next use), so it costs its Postgres commit and little more. Redis runs them in order:
+    the hold lands before the row's update, and until the update lands the hold sends
+    every reader of the item to Postgres, which has committed the row (a fill of an older
+    row that lands before the hold is replaced by the update, a newer version). An update
+    that fails leaves the hold to expire (``hold_ms``), reads going to Postgres meanwhile."""
     keys = [entry_key(cache.prefix, op.namespace, op.key) for op in ops]
-    held = yield from _hot(ctx, HotBatch(tuple(
-        scripts.hold(k, cache.hold_ms) for k in keys)))
+    if len(keys) == 1:
+        held = ctx.breaker.allows() or None
+        yield from _hot(ctx, scripts.hold(keys[0], cache.hold_ms).sent_only())
+    else:
+        held = yield from _hot(ctx, HotBatch(tuple(
+            scripts.hold(k, cache.hold_ms) for k in keys)))
     schema = ctx.config.schema
     rendered = q.statements(schema)
     statements = tuple(
@@ -190,7 +201,7 @@ def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp]) -> Operation[Non
         scripts.wrote(k, got[0]["version"], ABSENT if op.value is None else encode(got[0]),
                       cache.ttl)
         for k, op, got in zip(keys, ops, rows, strict=True))
-    yield from _hot(ctx, HotBatch(wrote))
+    yield from _hot(ctx, wrote[0].sent_only() if len(wrote) == 1 else HotBatch(wrote))
     return None
 
 
