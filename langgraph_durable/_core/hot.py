@@ -18,6 +18,7 @@ the copy the change produced (see `_core/scripts/`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import warnings
@@ -307,19 +308,11 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
             if state == 1:
                 return None
             yield Pause(0.05)  # another process checks it
-        dropped, cursor = 0, "0"
-        while True:
-            reply = yield shards.incarnation_scan(layout, token, CHECK_LEASE_MS, cursor,
-                                                  CHECK_SCAN)
-            if not reply:
-                raise TierUnavailableError(
-                    f"checking the Redis process {run_id} took longer than its lock "
-                    f"({CHECK_LEASE_MS / 1000:g}s) between two steps", tier="hot")
-            cursor = _text(reply[0])
-            threads = {t for t in map(layout.thread_of, reply[1:]) if t is not None}
-            dropped += yield from _drop_checked(ctx, sorted(threads))
-            if cursor == "0":
-                break
+        try:
+            dropped = yield from _drop_every_copy(ctx, run_id, token)
+        except Exception:  # the next caller checks again at once, not after the lease
+            yield from _abandon(ctx, run_id, token)
+            raise
         yield shards.incarnation(layout, "done", run_id, token)
     except TierUnavailableError as exc:
         if exc.tier == "hot":
@@ -333,6 +326,32 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
             "than Postgres (a restart from a snapshot, a promoted replica): the hot copies "
             "of %d threads were dropped; they are read from Postgres again",
             mask_url(ctx.config.redis_url), run_id, dropped)
+    return None
+
+
+def _drop_every_copy(ctx: Context, run_id: str, token: str) -> Op[int]:
+    """Scan the prefix's keys for `check_redis`, dropping the copy of every thread met;
+    returns how many threads."""
+    layout = ctx.layout
+    dropped, cursor = 0, "0"
+    while True:
+        reply = yield shards.incarnation_scan(layout, token, CHECK_LEASE_MS, cursor,
+                                              CHECK_SCAN)
+        if not reply:
+            raise TierUnavailableError(
+                f"checking the Redis process {run_id} took longer than its lock "
+                f"({CHECK_LEASE_MS / 1000:g}s) between two steps", tier="hot")
+        cursor = _text(reply[0])
+        threads = {t for t in map(layout.thread_of, reply[1:]) if t is not None}
+        dropped += yield from _drop_checked(ctx, sorted(threads))
+        if cursor == "0":
+            return dropped
+
+
+def _abandon(ctx: Context, run_id: str, token: str) -> Op[None]:
+    """Release the lock of a check that failed midway, if Redis answers."""
+    with contextlib.suppress(TierUnavailableError):  # else the lease ends it
+        yield shards.incarnation(ctx.layout, "abandon", run_id, token)
     return None
 
 

@@ -375,8 +375,9 @@ async def test_the_entry_point_reads_the_lgd_environment(
 async def test_the_store_entry_point_reads_the_lgd_environment(
         namespace: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """`store` builds a set-up store from the ``LGD_*`` settings (its table exists on entry,
-    its TTL sweeper runs: the server runs none for a custom store) and closes it; what it wrote is there for the next one. ``LGD_WRITE_MODE`` is the
-    saver's only: the store ignores it."""
+    its TTL sweeper runs: the server runs none for a custom store) and closes it; what it
+    wrote is there for the next one. ``LGD_WRITE_MODE`` is the saver's only: the store
+    ignores it."""
     schema, prefix = namespace
     for name, value in (("LGD_REDIS_URL", REDIS_URL), ("LGD_POSTGRES_URL", POSTGRES_URL),
                         ("LGD_SCHEMA", f"{schema}_store"),

@@ -14,9 +14,10 @@ KILLS = 12
 
 def test_kills_and_faults_lose_nothing_acknowledged_and_repeat_no_effect() -> None:
     """12 SIGKILLs (6 per write mode, four workers a round), a Redis restart and a Postgres
-    cut in each mode, a Redis restored from an older snapshot, cancellations, forks and resolves: no acknowledged checkpoint is lost,
-    no order reaches the provider twice, no call is left unsettled, every thread resumes to
-    its end, and every resume has a known explanation."""
+    cut in each mode, a Redis restored from an older snapshot, cancellations, forks and
+    resolves: no acknowledged checkpoint is lost, no order reaches the provider twice, no
+    call is left unsettled, every thread resumes to its end, and every resume has a known
+    explanation."""
     tally = soak(KILLS, seed=7, workers=4)
     report = tally.table()
     assert tally.violations == [], report

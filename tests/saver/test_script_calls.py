@@ -303,7 +303,8 @@ def test_a_redis_process_is_checked_by_one_caller_and_recorded(
     """A run id not recorded: the first caller gets the lock, a second waits; the holder's
     scan steps return the thread keys (registry, versions) and delete the store's cached
     items; once done the run id is recorded and the lock gone, and a caller whose lock was
-    taken over gets nothing from a scan step."""
+    taken over gets nothing from a scan step. A check abandoned midway releases only its
+    own lock and records nothing."""
     keys = layout.thread("t-1")
     client.sadd(keys.registry, keys.index(""))
     client.hset(keys.versions, "*", 1)
@@ -326,6 +327,11 @@ def test_a_redis_process_is_checked_by_one_caller_and_recorded(
     assert run(client, shards.incarnation(layout, "check", "run-1", "other", 5000)) == 1
     assert not client.exists(layout.incarnation_lock())
     assert run(client, shards.incarnation(layout, "check", "run-2", "other", 5000)) == 0
+    assert run(client, shards.incarnation(layout, "abandon", "run-2", "mine")) == 1
+    assert client.exists(layout.incarnation_lock())  # not the caller's lock: kept
+    assert run(client, shards.incarnation(layout, "abandon", "run-2", "other")) == 1
+    assert not client.exists(layout.incarnation_lock())
+    assert client.get(layout.incarnation()) == b"run-1"  # a check abandoned records nothing
 
 
 def test_every_script_ran() -> None:
