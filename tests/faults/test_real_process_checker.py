@@ -1,6 +1,7 @@
 """The real-process checker (`tests/support/checker`), short: worker processes on shared threads
 under a nemesis (links cut and slowed, Postgres cut, processes paused and killed, Redis
-restarted, keys evicted), in each write mode, then the history check finds no violation.
+restarted, frozen and, written through, restored from an older snapshot, keys evicted), in
+each write mode, then the history check finds no violation.
 `make chaos` runs it long (``CHECKER_SECONDS``)."""
 
 from __future__ import annotations

@@ -352,7 +352,11 @@ class Checker:
         roots = sorted((p for p in puts if not p.args.get("parent")
                         and not p.id.endswith("/copied")), key=lambda o: o.t1)
         for first, second in itertools.pairwise(roots):
-            if not any(d.t1 >= first.t0 and d.t0 <= second.t1 for d in deletes):
+            # each took effect somewhere in its own interval, in either order when the two
+            # overlap (a root acknowledged last may have been stored first): a delete that
+            # may lie between the two effects, either way round, separates them
+            if not any((d.t1 >= first.t0 and d.t0 <= second.t1)
+                       or (d.t1 >= second.t0 and d.t0 <= first.t1) for d in deletes):
                 self.violation("fork", second, f"roots {first.args['id']} ({first.proc}) "
                                f"and {second.args['id']} ({second.proc}) were both "
                                "acknowledged with no delete between them", 0.0,

@@ -57,7 +57,7 @@ from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, 
 
 SCENARIOS = ("general", "stale-after-recovery")
 FAULTS = {"redis_cut": 6, "redis_slow": 2, "pg_cut": 2, "pause": 2, "kill": 2,
-          "redis_restart": 1, "evict": 2}
+          "redis_restart": 1, "evict": 2, "redis_snapshot": 1, "redis_freeze": 1}
 PERSISTENCE = {"through": ("always", "everysec", None), "behind": ("always", "everysec")}
 # stale-after-recovery: seconds per cycle, of which writing, and when p0's link is cut
 CYCLE, ACTIVE, CUT_AT = 3.0, 0.5, 0.1
@@ -248,6 +248,24 @@ class CheckerRun:
                 client.close()
                 client = redis.Redis(port=self.redis.port)
                 self.fault(kind, None, t0, appendfsync=fsync or "none")
+            elif kind == "redis_snapshot" and self.mode == "through":
+                # an RDB written now, a moment of writes after it, then a restart that loads
+                # it: Redis back in time, as a restore from a backup or an old snapshot is
+                # (write-behind loses what it acknowledged after the snapshot, by design)
+                client.save()
+                time.sleep(self.rng.uniform(0.3, 1.5))
+                self.redis.kill()
+                self.redis.appendonly = None
+                self.redis.start()
+                client.close()
+                client = redis.Redis(port=self.redis.port)
+                self.fault(kind, None, t0)
+            elif kind == "redis_freeze":
+                # SIGSTOP: the port still accepts connections and nothing answers
+                self.redis.freeze()
+                time.sleep(self.rng.uniform(0.5, 3.0))
+                self.redis.thaw()
+                self.fault(kind, None, t0)
             elif kind == "evict":
                 thread = self.rng.choice(self.threads)
                 base = ThreadKeys(self.prefix, thread).base
