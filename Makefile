@@ -57,7 +57,8 @@ chaos: $(STAMP)
 	$(PY) -m tests.support.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
 
 # LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
-# write-through then write-behind; fails when either mode has a failed or errored test.
+# write-through then write-behind, then the Postgres store's tests against DurableStore
+# (compat/store_run.py); fails when any has a failed or errored test.
 # Summaries in .compat-cache/summary-MODE.json. It runs in a venv of its own holding the
 # package with the `compat` extra and nothing else, as LangGraph's CI does: the suite's
 # streaming tests compare metadata that lists the installed langchain packages, and the
@@ -71,7 +72,7 @@ $(COMPAT_VENV)/.installed: pyproject.toml compat/constraints.txt
 compat: $(COMPAT_VENV)/.installed
 	status=0; for mode in through behind; do \
 	  $(COMPAT_PY) -m compat.run --mode $$mode || status=1; \
-	done; exit $$status
+	done; $(COMPAT_PY) -m compat.store_run || status=1; exit $$status
 
 lint: $(STAMP)
 	$(PY) scripts/unasync.py --check

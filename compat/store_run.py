@@ -1,6 +1,6 @@
 """Run LangGraph's own Postgres store tests against `DurableStore`.
 
-    python -m compat.store_run [-- PYTEST_ARGS...]
+    python -m compat.store_run [--all] [-- PYTEST_ARGS...]
 
 Takes the sdist of the pinned langgraph-checkpoint-postgres (compat/constraints.txt) from
 ``.compat-cache/`` (downloaded once), extracts its ``tests/`` into a temporary folder, and
@@ -10,7 +10,8 @@ PostgresStore's connection modes). The conftest's table clearing, which names
 PostgresStore's tables, is dropped; the row helpers of the TTL tests read DurableStore's
 table instead, and calls of PostgresStore's sweeper thread go. Tests that reach
 PostgresStore's internals (its cursor, its pool), need pgvector, or expect expired rows
-back with ``omit_expired`` off (DurableStore never returns them) fail. Exit status: pytest's.
+back with ``omit_expired`` off (DurableStore never returns them) fail: they are left out
+(`KNOWN`, and the pgvector tests) unless ``--all`` is given. Exit status: pytest's.
 """
 
 from __future__ import annotations
@@ -123,15 +124,40 @@ def extract(tarball: Path, into: Path) -> Path:
     return tests
 
 
+# Tests left out, each for a documented difference of DurableStore (docs/store.md), not a
+# defect: run them with --all to see them fail.
+SEMANTIC = "not vector and not halfvec and not embed"  # pgvector: no semantic search yet
+KNOWN = {
+    # DurableStore never returns an expired item, whatever omit_expired says
+    "test_store.py::test_omit_expired_disabled_preserves_expired_rows": "never expired",
+    "test_async_store.py::test_omit_expired_disabled_preserves_expired_rows": "never expired",
+    # they rewrite rows through PostgresStore's own cursor (store._cursor())
+    "test_store.py::test_omit_expired_search_pagination": "PostgresStore's cursor",
+    "test_async_store.py::test_omit_expired_search_pagination": "PostgresStore's cursor",
+    # AsyncPostgresStore's pool and database fixtures (port 5441)
+    "test_async_store.py::test_abatch_uses_single_pool_checkout": "PostgresStore's pool",
+    # one DurableStore serves sync and async callers: a sync call in the event loop's
+    # thread runs (on the blocking clients) instead of raising InvalidStateError
+    "test_async_store.py::test_no_running_loop": "one object for sync and async",
+}
+
+
 def main(argv: list[str]) -> int:
+    """Run the suite; without ``--all``, the pgvector tests and `KNOWN` are left out."""
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    selection: list[str] = []
+    if "--all" not in argv[:argv.index("--") if "--" in argv else len(argv)]:
+        selection = ["-k", SEMANTIC]
+        for test in KNOWN:
+            selection += ["--deselect", f"tests/{test}"]
     with tempfile.TemporaryDirectory(prefix="lgd-store-compat-") as tmp:
         tests = extract(fetch(pinned()), Path(tmp))
         env_path = f"{tmp}:{ROOT}"
         return subprocess.call(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
              "no:randomly", str(tests / "test_store.py"), str(tests / "test_async_store.py"),
-             *extra], cwd=tmp, env={**__import__("os").environ, "PYTHONPATH": env_path})
+             *selection, *extra], cwd=tmp,
+            env={**__import__("os").environ, "PYTHONPATH": env_path})
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
@@ -20,6 +21,7 @@ from typing import Any, ClassVar, overload
 
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig, validate_op_namespace
 
+from langgraph_durable._batching import Batcher
 from langgraph_durable._core import migrate
 from langgraph_durable._core import store as core
 from langgraph_durable._core.sql.ledger import LEDGER_MIGRATIONS
@@ -84,6 +86,8 @@ class DurableStore(BaseStore):
         self._sweeper: concurrent.futures.Future[None] | None = None
         self._sweeper_stop = threading.Event()
         self._asweeper: tuple[asyncio.Task[None], asyncio.Event] | None = None
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
+            weakref.WeakKeyDictionary())
         self.cache = core.CacheSettings(prefix=self.config.key_prefix, ttl=cache_ttl)
         self.engine = Engine(
             self.config, default_serde(None, self.config),
@@ -171,9 +175,20 @@ class DurableStore(BaseStore):
         return self.engine.run(core.batch(self.engine.context, self.cache, self._checked(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Async twin of `batch`."""
-        return await self.engine.arun(
-            core.batch(self.engine.context, self.cache, self._checked(ops)))
+        """Async twin of `batch`. Calls made while others of the same event loop are in
+        flight run together, as one batch (`_batching`): ``asyncio.gather`` of many
+        ``aget``/``aput`` costs a few round trips, not one each."""
+        checked = self._checked(ops)
+        if not checked:
+            return []
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = Batcher(self._abatch_now)
+        return await batcher.submit(checked)
+
+    async def _abatch_now(self, ops: list[Op]) -> list[Result]:
+        return await self.engine.arun(core.batch(self.engine.context, self.cache, ops))
 
     @overload
     def sweep_ttl(self, batch: int = 1000) -> int: ...
