@@ -120,7 +120,8 @@ def extract(tarball: Path, into: Path) -> Path:
     if count != 1:
         raise SystemExit("compat.store_run: the conftest's clear_test_db moved")
     conftest.write_text(text)
-    (into / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+    (into / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n")
     return tests
 
 
