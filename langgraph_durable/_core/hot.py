@@ -342,8 +342,9 @@ def _drop_every_copy(ctx: Context, run_id: str, token: str) -> Op[int]:
                 f"checking the Redis process {run_id} took longer than its lock "
                 f"({CHECK_LEASE_MS / 1000:g}s) between two steps", tier="hot")
         cursor = _text(reply[0])
-        threads = {t for t in map(layout.thread_of, reply[1:]) if t is not None}
-        dropped += yield from _drop_checked(ctx, sorted(threads))
+        threads = sorted({t for t in map(layout.thread_of, reply[1:]) if t is not None})
+        yield from _drop_flushed(ctx, [(layout.thread(t), 1) for t in threads])
+        dropped += len(threads)
         if cursor == "0":
             return dropped
 
@@ -355,20 +356,22 @@ def _abandon(ctx: Context, run_id: str, token: str) -> Op[None]:
     return None
 
 
-def _drop_checked(ctx: Context, thread_ids: Sequence[str]) -> Op[int]:
-    """Drop the copies of ``thread_ids`` for `check_redis`: a thread with write-behind
-    entries still in the journal has them flushed first."""
-    if not thread_ids:
-        return 0
-    keys = [ctx.layout.thread(t) for t in thread_ids]
-    replies = yield HotBatch(tuple(_drop_request(ctx, k, "", 1, only_flushed=True)
-                                   for k in keys))
-    waiting = [k for k, reply in zip(keys, replies, strict=True) if reply == -1]
+def _drop_flushed(ctx: Context, drops: Sequence[tuple[ThreadKeys, int]]) -> Op[None]:
+    """Drop the copies of threads, each leaving its tombstone, in one round trip, as
+    `apply_marks` drops one: a thread whose write-behind entries are still on their way to
+    Postgres has them flushed first, then is dropped."""
+    if not drops:
+        return None
+    replies = yield HotBatch(tuple(_drop_request(ctx, keys, "", tomb, only_flushed=True)
+                                   for keys, tomb in drops))
+    waiting = [(keys, tomb) for (keys, tomb), reply in zip(drops, replies, strict=True)
+               if reply == -1]
     if waiting:
-        yield from journal.flush(ctx, timeout=None, thread_ids=[k.thread_id for k in waiting])
-        yield HotBatch(tuple(_drop_request(ctx, k, "", 1, only_flushed=False)
-                             for k in waiting))
-    return len(thread_ids)
+        yield from journal.flush(ctx, timeout=None,
+                                 thread_ids=[keys.thread_id for keys, _ in waiting])
+        yield HotBatch(tuple(_drop_request(ctx, keys, "", tomb, only_flushed=False)
+                             for keys, tomb in waiting))
+    return None
 
 
 def _text(value: Any) -> str:
