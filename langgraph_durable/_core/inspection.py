@@ -44,8 +44,8 @@ class CheckpointSize:
         checkpoint_ns: its namespace.
         checkpoint_id: its id.
         created_at: when Postgres stored it.
-        checkpoint_bytes: its frame and metadata.
-        blob_bytes: the channel values it introduced.
+        checkpoint_bytes: its frame (with its small scalar values) and metadata.
+        blob_bytes: the other channel values it introduced.
         write_bytes: its pending writes.
     """
 

@@ -85,10 +85,11 @@ class StoredCheckpoint:
     run_id: str | None
     frame: bytes
     metadata: str
+    # JSON of the versions of the channels whose values are blobs (not `is_inline`)
     channel_versions: str
     # (channel, version, frame) for the versions this put introduces
     blobs: list[tuple[str, str, bytes]] = field(default_factory=list)
-    # blob fields of every channel the checkpoint has a value for
+    # blob fields of every channel the checkpoint has a blob value for
     refs: list[str] = field(default_factory=list)
     # the types its values rebuild by name (`_core.stored_types`)
     types: set[TypeKey] = field(default_factory=set)
@@ -186,6 +187,26 @@ def _check_size(
     )
 
 
+INLINE_STR_CHARS = 64
+"""The longest string a checkpoint holds inline rather than as a blob (`is_inline`)."""
+
+
+def is_inline(value: Any) -> bool:
+    """Whether a channel value is stored inside its checkpoint rather than as a blob of
+    its own: ``None``, a bool, a 64-bit int, a float or a short string. LangGraph's
+    routing channels (``branch:to:<node>``) hold ``None``, so most steps write one blob
+    row fewer; such a value is re-stored with every checkpoint, so long strings stay blobs.
+    The test is on exact types (an ``IntEnum`` or a ``str`` subclass keeps its blob), and
+    depends on the value alone, so a channel's value is inline in every checkpoint that
+    holds it or in none."""
+    kind = type(value)
+    if value is None or kind is bool or kind is float:
+        return True
+    if kind is int:
+        return bool(-(2**63) <= value < 2**63)
+    return kind is str and len(value) <= INLINE_STR_CHARS
+
+
 def encode_checkpoint(
     codec: Codec,
     config: RunnableConfig,
@@ -199,8 +220,10 @@ def encode_checkpoint(
     where = locate(config)
     checkpoint_id = check_text(checkpoint["id"], "checkpoint id", MAX_NAME_BYTES)
     values: dict[str, Any] = checkpoint["channel_values"]
-    body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     versions: ChannelVersions = checkpoint["channel_versions"]
+    inline = {ch: v for ch, v in values.items() if ch in versions and is_inline(v)}
+    body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    body["channel_values"] = inline
     for channel, version in versions.items():
         check_text(channel, "channel name", MAX_NAME_BYTES)
         check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
@@ -212,9 +235,14 @@ def encode_checkpoint(
             _serialize(codec, values[channel], where, checkpoint_id, channel, types),
         )
         for channel, version in new_versions.items()
-        if channel in values
+        if channel in values and channel not in inline
     }
-    body_typed = _serialize(codec, body, where, checkpoint_id, None, types)
+    try:
+        body_typed = _serialize(codec, body, where, checkpoint_id, None, types)
+    except SerializationError:
+        for channel, value in inline.items():  # name the value that failed, if one did
+            _serialize(codec, value, where, checkpoint_id, channel, set())
+        raise
     sizes: dict[str | None, int] = {c: len(typed[1]) for c, (_, typed) in serialized.items()}
     sizes[None] = len(body_typed[1])
     _check_size(sizes, max_bytes, where, checkpoint_id)
@@ -237,9 +265,10 @@ def encode_checkpoint(
             sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, where.checkpoint_id),
         ),
         metadata=metadata_json,
-        channel_versions=json.dumps({k: str(v) for k, v in versions.items()}),
+        # what Postgres looks blobs up by: an inline value has none
+        channel_versions=json.dumps({k: str(v) for k, v in versions.items() if k not in inline}),
         blobs=blobs,
-        refs=[blob_field(ch, versions[ch]) for ch in values if ch in versions],
+        refs=[blob_field(ch, versions[ch]) for ch in values if ch in versions and ch not in inline],
         types=types,
     )
 
@@ -308,8 +337,15 @@ def encode_writes(
         idx = WRITES_IDX_MAP.get(channel, position)
         check_text(channel, "channel name", MAX_NAME_BYTES)
         place = sealed_to(
-            codec, write_place, where.thread_id, where.checkpoint_ns, checkpoint_id, task_id,
-            idx, channel, task_path,
+            codec,
+            write_place,
+            where.thread_id,
+            where.checkpoint_ns,
+            checkpoint_id,
+            task_id,
+            idx,
+            channel,
+            task_path,
         )
         types: set[TypeKey] = set()
         frame = _dump(codec, value, place, where, where.checkpoint_id, channel, types)
@@ -391,9 +427,14 @@ def build_tuple(
     t, ns = where.thread_id, where.checkpoint_ns
     place = sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, parent_id)
     checkpoint = load(codec, frame, place, "checkpoint")
+    # small scalars ride inline in the checkpoint (`is_inline`); a checkpoint stored
+    # before they did has none there, and a blob for each
     checkpoint["channel_values"] = {
-        ch: load(codec, b, sealed_to(codec, blob_place, t, ns, ch, version), "blob", ch)
-        for ch, version, b in blobs
+        **checkpoint.get("channel_values", {}),
+        **{
+            ch: load(codec, b, sealed_to(codec, blob_place, t, ns, ch, version), "blob", ch)
+            for ch, version, b in blobs
+        },
     }
     ordered = sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     pending = [(w.task_id, w.channel, load_write(codec, where, checkpoint_id, w)) for w in ordered]

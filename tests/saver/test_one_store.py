@@ -22,6 +22,7 @@ from typing_extensions import TypedDict
 from langgraph_durable import DurableSaver, ThreadConflictError
 from langgraph_durable._core.keys import ThreadKeys
 from tests.support.checkpoints import (
+    blob_sized,
     cold_ids,
     config_of,
     forget_hot,
@@ -90,7 +91,7 @@ def test_unflushed_writes_keep_every_key_of_their_namespace(make_saver: Any) -> 
     the TTL from the index and blob keys too, not only from the checkpoint hash."""
     saver = make_saver(background_flush=False, hot_ttl=3600)
     thread = f"t-{uuid.uuid4()}"
-    (config,) = put_line(saver, thread, ["v1"])
+    (config,) = put_line(saver, thread, [blob_sized("v1")])
     saver.flush()
     keys = ThreadKeys(saver.config.key_prefix, thread)
     client = redis.Redis.from_url(REDIS_URL)
@@ -111,8 +112,8 @@ def test_an_unflushed_put_keeps_every_key_of_its_namespace(make_saver: Any) -> N
     flushed)."""
     saver = make_saver(background_flush=False, hot_ttl=3600)
     thread = f"t-{uuid.uuid4()}"
-    (parent,) = put_line(saver, thread, ["v1"])
-    checkpoint, versions = value_checkpoint(saver, "v2")
+    (parent,) = put_line(saver, thread, [blob_sized("v1")])
+    checkpoint, versions = value_checkpoint(saver, blob_sized("v2"))
     saver.put_writes(config_of(thread, checkpoint["id"]), [("value", "w")], task_id="t1")
     saver.flush()
     keys = ThreadKeys(saver.config.key_prefix, thread)

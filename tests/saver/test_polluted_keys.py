@@ -13,7 +13,7 @@ import redis
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.keys import Layout, ThreadKeys, key_type
-from tests.support.checkpoints import aput_value, config_of, put_value, twin
+from tests.support.checkpoints import aput_value, blob_sized, config_of, put_value, twin
 from tests.support.servers import REDIS_URL
 
 Pick = Callable[[DurableSaver, ThreadKeys], str]
@@ -28,6 +28,10 @@ KEYS: dict[str, tuple[Pick, bool]] = {
     "checkpoint": (lambda s, k: k.checkpoint("", _head(s, k.thread_id)), True),
     "journal": (lambda s, k: s.engine.context.layout.journal(0), True),
 }
+
+
+# values stored as blobs, so that the namespace's blob key holds them
+FIRST, SECOND, THIRD = (blob_sized(word) for word in ("first", "second", "third"))
 
 
 def _head(saver: DurableSaver, thread_id: str) -> str:
@@ -52,11 +56,11 @@ def test_a_key_of_another_type_is_a_damaged_copy(
     key."""
     thread_id = f"polluted-{uuid.uuid4().hex[:8]}"
     pick, holds_data = KEYS[kind]
-    put_value(saver, thread_id, "first")
+    put_value(saver, thread_id, FIRST)
     if holds_data or saver.config.write_mode == "through":
         saver.flush()
     else:  # behind: the second checkpoint is only in Redis when the key goes bad
-        put_value(saver, thread_id, "second")
+        put_value(saver, thread_id, SECOND)
     key = pick(saver, saver.engine.context.layout.thread(thread_id))
     client = redis.Redis.from_url(REDIS_URL)
     client.delete(key)
@@ -64,15 +68,15 @@ def test_a_key_of_another_type_is_a_damaged_copy(
     caplog.set_level(logging.WARNING, logger="langgraph_durable")
 
     saver.get_tuple(config_of(thread_id))  # falls back to Postgres (or drains first)
-    put_value(saver, thread_id, "third")
-    assert _value(saver, thread_id) == "third"
+    put_value(saver, thread_id, THIRD)
+    assert _value(saver, thread_id) == THIRD
     saver.flush()
     with twin(saver) as other:
-        assert _value(other, thread_id) == "third"
+        assert _value(other, thread_id) == THIRD
         history = [t.checkpoint["channel_values"]["value"]
                    for t in other.list(config_of(thread_id))]
-    expected = ["third", "first"] if holds_data or saver.config.write_mode == "through" else [
-        "third", "second", "first"]
+    expected = [THIRD, FIRST] if holds_data or saver.config.write_mode == "through" else [
+        THIRD, SECOND, FIRST]
     assert history == expected
     said = [r.getMessage() for r in caplog.records if key in r.getMessage()]
     if kind == "journal" and saver.config.write_mode == "through":

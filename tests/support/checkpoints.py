@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, empty_checkpo
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.records import INLINE_STR_CHARS
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
@@ -29,6 +30,12 @@ def twin(saver: DurableSaver) -> Iterator[DurableSaver]:
         yield other
     finally:
         other.close()
+
+
+def blob_sized(text: str) -> str:
+    """``text`` lengthened past what a checkpoint holds inline (`records.is_inline`), so
+    that it is stored as a blob of its own, in a key (Redis) and a row (Postgres)."""
+    return text.ljust(INLINE_STR_CHARS + 1, ".")
 
 
 def value_checkpoint(saver: DurableSaver, value: object) -> tuple[Checkpoint, ChannelVersions]:

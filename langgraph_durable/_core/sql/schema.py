@@ -137,6 +137,19 @@ CREATE TABLE {schema}.lgd_types (
 );
 """,
     ),
+    Migration(
+        23,
+        "small channel values inside their checkpoint",
+        # No table changes: checkpoints written from here on hold their small scalar
+        # values inline (`records.is_inline`), have no blob rows for them, and leave them
+        # out of the `channel_versions` column (it lists what blobs to look up). A process of
+        # an older version would read such a checkpoint without those values, so the
+        # version is recorded, and its setup() refuses a schema this new.
+        """
+COMMENT ON COLUMN {schema}.lgd_checkpoints.checkpoint IS
+    'the checkpoint, its small scalar channel values inline (migration 23)';
+""",
+    ),
 )
 
 # Every setup() statement takes this transaction-scoped lock first. %(key)s: SETUP_LOCK_KEY

@@ -1,0 +1,87 @@
+"""A graph whose state holds small scalars (and LangGraph's routing channels, which hold
+``None``) reads back exactly as InMemorySaver gives it, from Redis and from Postgres alone,
+while Postgres keeps no blob row for any of those values."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypedDict
+
+import psycopg
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_durable import DurableSaver
+from tests.support.checkpoints import forget_hot, twin
+from tests.support.servers import POSTGRES_URL
+
+LONG_NOTE = "n" * 65
+
+
+class Scalars(TypedDict, total=False):
+    count: int
+    done: bool
+    score: float
+    label: str
+    note: str
+    missing: None
+    items: list[str]
+
+
+def _graph(saver: Any) -> Any:
+    def first(state: Scalars) -> Scalars:
+        return {"count": state.get("count", 0) + 1, "done": False, "score": 0.25,
+                "label": "short", "note": LONG_NOTE, "missing": None, "items": ["a"]}
+
+    def second(state: Scalars) -> Scalars:
+        return {"count": state["count"] + 1, "done": True, "score": state["score"] * 2}
+
+    builder = StateGraph(Scalars)
+    builder.add_node("first", first)
+    builder.add_node("second", second)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _history(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
+    """What a user sees of every checkpoint: its values (with their types), next nodes,
+    step and writes."""
+    return [
+        (
+            {ch: (type(v).__name__, v) for ch, v in t.checkpoint["channel_values"].items()},
+            t.metadata["step"],
+            sorted((ch, repr(v)) for _, ch, v in t.pending_writes or []),
+        )
+        for t in saver.list({"configurable": {"thread_id": thread_id}})
+    ]
+
+
+def _blob_channels(schema: str, thread_id: str) -> set[str]:
+    with psycopg.connect(POSTGRES_URL) as conn:
+        rows = conn.execute(
+            f'SELECT DISTINCT channel FROM "{schema}".lgd_blobs WHERE thread_id = %s',
+            (thread_id,),
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_small_scalars_read_back_as_in_memory_from_either_tier(saver: DurableSaver) -> None:
+    thread_id = f"t-{uuid.uuid4()}"
+    config = {"configurable": {"thread_id": thread_id}}
+    memory = InMemorySaver()
+    for checkpointer in (memory, saver):
+        _graph(checkpointer).invoke({"count": 0}, config)
+        _graph(checkpointer).invoke({"count": 10}, config)
+    expected = _history(memory, thread_id)
+    assert _history(saver, thread_id) == expected
+    saver.flush()
+    forget_hot(saver, thread_id)
+    with twin(saver) as other:  # no decoded copies, no Redis copy: Postgres alone
+        assert _history(other, thread_id) == expected
+        state = _graph(other).get_state(config)
+    assert state.values == {"count": 12, "done": True, "score": 0.5, "label": "short",
+                            "note": LONG_NOTE, "missing": None, "items": ["a"]}
+    # the long string and the list are blobs; no scalar, and no routing channel, is one
+    assert _blob_channels(saver.config.schema, thread_id) == {"note", "items", "__start__"}
