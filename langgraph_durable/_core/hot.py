@@ -125,10 +125,17 @@ def commit(
     """Commit statements; if Redis was bypassed, mark the threads' hot copies stale too, and
     have this process apply the marks before its next operation."""
     marks = [] if token is not None else stale_marks(ctx, thread_ids)
-    result: list[Any] = yield Cold((*statements, *marks))
+    # a mark gives every namespace of its threads a new version, so the transaction takes
+    # their head rows first, in the order a change to whole threads takes them: two marked
+    # writes to namespaces of one thread would otherwise each hold its own namespace's row
+    # and wait for the other's (a deadlock, which Postgres ends by failing one)
+    lock = [Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(thread_ids)})]
+    if not marks:
+        lock = []
+    result: list[Any] = yield Cold((*lock, *statements, *marks))
     if marks:
         ctx.marks.due_now()
-    return result
+    return result[len(lock):]
 
 
 def drop(ctx: Context, keys: ThreadKeys, token: str | None, tombstone: int) -> Op[Any]:

@@ -31,7 +31,8 @@ def _put(ctx: Context) -> tuple[str, Any]:
 
 def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark(
         ctx: Context) -> None:
-    """put: intent → TierUnavailableError(hot) → one transaction of the checkpoint, the
+    """put: intent → TierUnavailableError(hot) → one transaction of the thread's head rows
+    locked (a mark bumps them all, so it takes them first, in order), the checkpoint, the
     thread's stale mark and a new version of its namespaces; no further Redis call; the
     breaker opens, this process applies the marks next, and the config is returned."""
     checkpoint_id, op = _put(ctx)
@@ -40,15 +41,16 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     ctx.marks.checked()
     script = Script([
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), hot_down()),
-        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql,
-              st.order_marks_sql, st.renumber_marks_sql),
-         [[{"version": 9, "head": "x"}], None, None, None, None]),
+        (cold(st.lock_heads_sql, st.put_checkpoint_sql, st.mark_hot_stale_sql,
+              st.bump_thread_sql, st.order_marks_sql, st.renumber_marks_sql),
+         [None, [{"version": 9, "head": "x"}], None, None, None, None]),
     ])
     config = script.run(op)
     assert script.done
     assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
                                       "checkpoint_id": checkpoint_id}
-    put_stmt, mark, bump, _, renumber = script.requests[1].statements
+    lock, put_stmt, mark, bump, _, renumber = script.requests[1].statements
+    assert lock.params == {"thread_ids": [THREAD]}
     assert put_stmt.fetch
     assert put_stmt.params["thread_id"] == THREAD
     assert put_stmt.params["checkpoint_id"] == checkpoint_id
@@ -66,9 +68,9 @@ def test_while_the_breaker_is_open_a_put_skips_redis_entirely(ctx: Context) -> N
     _, op = _put(ctx)
     st = ctx.statements
     script = Script([
-        (cold(st.put_checkpoint_sql, st.mark_hot_stale_sql, st.bump_thread_sql,
-              st.order_marks_sql, st.renumber_marks_sql),
-         [[{"version": 9, "head": "x"}], None, None, None, None]),
+        (cold(st.lock_heads_sql, st.put_checkpoint_sql, st.mark_hot_stale_sql,
+              st.bump_thread_sql, st.order_marks_sql, st.renumber_marks_sql),
+         [None, [{"version": 9, "head": "x"}], None, None, None, None]),
     ])
     script.run(op)
     assert script.done

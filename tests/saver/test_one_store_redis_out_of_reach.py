@@ -17,7 +17,14 @@ import pytest
 import redis
 
 from langgraph_durable import DurableSaver, TierUnavailableError
-from tests.support.checkpoints import config_of, hot_keys_pattern, put_after, put_line, value_of
+from tests.support.checkpoints import (
+    config_of,
+    hot_keys_pattern,
+    put_after,
+    put_line,
+    put_value,
+    value_of,
+)
 from tests.support.faults import Proxy
 from tests.support.servers import POSTGRES_URL, REDIS_URL, redis_address
 
@@ -189,3 +196,48 @@ def _waiting_for_lock(schema: str) -> bool:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
                            "'Lock' AND query LIKE %s", (f'%"{schema}".lgd_heads%',)).fetchone()
     return bool(row and row[0])
+
+
+def test_writes_to_namespaces_of_one_thread_that_bypass_redis_do_not_deadlock(
+    namespace: tuple[str, str]
+) -> None:
+    """A subgraph's parallel tasks write pending writes to several namespaces of one
+    thread at once. With Redis out of reach, each such write also marks the thread and
+    gives every namespace of it a new version, in the same transaction: two of them used
+    to hold one head row each and wait for the other's (Postgres's "deadlock detected",
+    which reached the caller as TierUnavailableError)."""
+    proxy = Proxy(redis_address())
+    proxy.start()
+    savers = [_through_proxy(proxy, namespace) for _ in range(4)]
+    try:
+        thread = f"t-{uuid.uuid4()}"
+        configs = [put_value(saver, thread, "v", ns=f"worker:{i}")
+                   for i, saver in enumerate(savers)]
+        proxy.cut()
+        failures: list[BaseException] = []
+        start = threading.Barrier(len(savers))
+
+        def task(saver: DurableSaver, config: dict[str, Any]) -> None:
+            start.wait()
+            for n in range(40):
+                try:
+                    saver.put_writes(config, [("value", n)], task_id=f"task-{n}")
+                except Exception as exc:  # every failure is the test's
+                    failures.append(exc)
+
+        workers = [threading.Thread(target=task, args=pair)
+                   for pair in zip(savers, configs, strict=True)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert failures == []
+        with psycopg.connect(POSTGRES_URL) as conn:
+            written = conn.execute(
+                f'SELECT count(*) FROM "{namespace[0]}".lgd_writes WHERE thread_id = %s',
+                (thread,)).fetchone()
+        assert written == (len(savers) * 40,)
+    finally:
+        for saver in savers:
+            saver.close()
+        proxy.cut()
