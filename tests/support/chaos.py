@@ -35,20 +35,23 @@ records and the checks after each round `chaos_checks`.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
 import sys
 import tempfile
 import time
 import uuid
 from dataclasses import replace
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from langgraph_durable import DurableSaver, TierUnavailableError
+from langgraph_durable import DurableSaver
 from tests.support import forked
-from tests.support.chaos_checks import MODES, Checker, Run, Tally
+from tests.support.chaos_checks import MODES, Checker, Run, Tally, await_served
 from tests.support.chaos_nemesis import Nemesis
 from tests.support.chaos_worker import EFFECTS_SQL, Options, items, run
 from tests.support.faults import PrivateRedis, Proxy
@@ -75,19 +78,16 @@ CLI_FAULTS = ("fork", "resolve")
 LEASE_OUT = 1.3  # seconds after a kill: the dead worker's leases (1 s) have run out
 
 
-def _await_hot(saver: DurableSaver, thread_id: str, timeout: float = 60.0) -> None:
-    """Wait until ``saver`` serves ``thread_id`` again: after this round's Redis restart, a
-    write-behind saver whose breaker opened refuses reads (fail closed) until its cooldown
-    has passed and a probe found Redis back, as an application would see it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
-            return
-        except TierUnavailableError as exc:
-            if exc.tier != "hot" or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+def _stacks_of(proc: BaseProcess, ack_path: Path) -> str:
+    """Every thread's stack in a live worker (its SIGUSR1 handler writes them)."""
+    stacks = Path(f"{ack_path}.stacks")
+    if proc.pid is not None:
+        os.kill(proc.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not stacks.stat().st_size:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the other threads' stacks after the first
+    return stacks.read_text()
 
 
 class Chaos:
@@ -200,9 +200,12 @@ class Chaos:
                 else:
                     due = len(r.acks) >= r.kill_at
                 if p.is_alive() and (due or time.monotonic() > deadline):
+                    stuck = time.monotonic() > deadline
+                    r.exit = "killed (stuck)" if stuck else "killed"
+                    if stuck:
+                        self.checker.stuck(r, ROUND_TIMEOUT, _stacks_of(p, r.ack_path))
                     p.kill()
                     p.join()
-                    r.exit = "killed" if time.monotonic() <= deadline else "killed (stuck)"
                     if r is resolved and pending_cli == "resolve":
                         self.nemesis.resolve_in_flight(r, mode, kind)
                     if r is resolved or resolved is None:
@@ -240,7 +243,7 @@ class Chaos:
             self.tally.faults.update(r.faults)
         if mode == "behind":  # every acknowledged entry to Postgres before the checks
             self.savers[kind, mode].flush(timeout=60)
-            _await_hot(self.savers[kind, mode], runs[0].thread_id)
+            await_served(self.savers[kind, mode], runs[0].thread_id)
         for r in runs:
             self.checker.check(r)
             if self.log is not None:

@@ -20,11 +20,28 @@ from typing import Any
 import psycopg
 
 from langgraph_durable import DurableSaver
+from langgraph_durable.errors import TierUnavailableError
 from tests.support.chaos_worker import INPUTS, Options, build, finished, items
 from tests.support.servers import POSTGRES_URL
 
 MODES = ("through", "behind")
 AOF_WINDOW = 1.5  # seconds: appendfsync everysec's loss window, with a margin
+
+
+def await_served(saver: DurableSaver, thread_id: str, timeout: float = 60.0) -> Any:
+    """The head of ``thread_id`` once ``saver`` serves it. A write-behind saver refuses
+    reads (fail closed) while its breaker is open: after a Redis restart until a probe
+    finds it back, and on a machine busy enough that a reply outlasts ``tier_timeout``,
+    until the next probe. An application retries then, and so do the checks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return saver.get_tuple({"configurable": {"thread_id": thread_id,
+                                                     "checkpoint_ns": ""}})
+        except TierUnavailableError as exc:
+            if exc.tier != "hot" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 @dataclass
@@ -219,6 +236,12 @@ class Checker:
         if r.workload == "supervisor":
             self._check_effects(r, saver)
 
+    def stuck(self, r: Run, seconds: float, stacks: str) -> None:
+        """``r``'s worker was still running at the round's timeout: a hang (or a machine
+        too slow for the timeout), with its threads' stacks to say which."""
+        self.tally.violation(r, f"its worker was still running after {seconds:.0f} s; "
+                                f"its threads:\n{stacks}")
+
     def _run_to_end(self, r: Run, graph: Any, config: Any) -> bool:
         """Resume ``config``'s thread to its end (as the operator would after a crash)."""
         state = graph.get_state(config)
@@ -239,8 +262,7 @@ class Checker:
 
     def _classify(self, r: Run, saver: DurableSaver, graph: Any, config: Any) -> str:
         """Where the thread resumes from, and why."""
-        head = saver.get_tuple({"configurable": {"thread_id": r.thread_id,
-                                                 "checkpoint_ns": ""}})
+        head = await_served(saver, r.thread_id)
         acked = [cid for ns, cid in r.acks if ns == ""]
         if head is None:
             if acked:

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import operator
 import os
 import random
+import signal
 import threading
 import time
 import uuid
@@ -317,6 +319,9 @@ def run(spec: dict[str, Any]) -> None:
     """
     fd = os.open(spec["ack_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     logging.getLogger("langgraph_durable").addHandler(_ExitWarning(fd))
+    # SIGUSR1: every thread's stack to <ack file>.stacks (the harness asks a stuck worker)
+    stacks = open(spec["ack_path"] + ".stacks", "w")  # noqa: SIM115 (open until the exit)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     try:
         _run(spec, fd)
     except Exception as exc:  # reported to the harness, which classifies it
