@@ -140,6 +140,10 @@ class Tally:
     # workers' models were asked again and minted new tool-call ids, new calls (a plain
     # tool repeats them too; the ledger warns; `Checker._unrecorded`)
     repeated_unrecorded: int = 0
+    # calls left "started" or "uncertain" by a run `Checker._unrecorded` covers that died
+    # mid-call: its resume asked anew under new ids, so nothing settles them but the
+    # operator (`langgraph-durable ledger resolve`), as docs/tool-ledger.md says
+    cut_off_unrecorded: int = 0
     effects: int = 0  # requests the provider received
     resumed: int = 0
     completed: int = 0
@@ -162,6 +166,8 @@ class Tally:
                  f"{self.orders} / {self.effects} / {self.repeated} / {self.dropped}"),
                 ("  ... reached again after a kill under 'exit' (documented)",
                  str(self.repeated_unrecorded)),
+                ("calls cut off under 'exit', left to the operator (documented)",
+                 str(self.cut_off_unrecorded)),
                 ("threads resumed / completed", f"{self.resumed} / {self.completed}"),
                 ("violations", str(len(self.violations))),
                 ("duration", f"{self.seconds:.0f} s")]
@@ -399,6 +405,9 @@ class Checker:
         for item in items():
             statuses = records.get(item, [])
             unsettled = [s for s in statuses if s in ("started", "uncertain")]
+            if unsettled and "succeeded" in statuses and self._unrecorded(r):
+                self.tally.cut_off_unrecorded += len(unsettled)
+                unsettled = []
             if unsettled or "succeeded" not in statuses or (
                     strict and not r.options.handle_errors and not self._unrecorded(r)
                     and statuses != ["succeeded"]):
