@@ -372,13 +372,15 @@ class Checker:
     @staticmethod
     def _unrecorded(r: Run) -> bool:
         """Whether ``r`` ran where no decision is durable before a call: durability "exit",
-        killed, or failed before its closing checkpoint was stored (a Postgres cut: it
-        resumes from its input), so the resume ran the workers again from the start. Their
+        and killed or failed (a Postgres cut, Redis refusing), so the invocation's closing
+        checkpoint was never stored and the resume, from its input or from an earlier
+        invocation's end, ran that invocation's workers again from the start. Their
         calls are in worker subgraphs, whose namespaces come from the supervisor's task
         ids, which come from checkpoints never stored: with or without recorded model
         calls, the workers' models are asked again and mint new tool-call ids, new calls,
         as with a plain tool (docs/tool-ledger.md, "One call, one key")."""
-        return r.durability == "exit" and (r.exit.startswith("killed") or r.head_step is None)
+        return r.durability == "exit" and (
+            r.exit.startswith(("killed", "failed")) or r.head_step is None)
 
     def _rows(self, r: Run, item: str) -> str:
         """The ship calls of ``item`` in ``r``'s thread and its fork, for a violation."""

@@ -62,15 +62,17 @@ class Nemesis:
         the command lists only cut-off calls (uncertain, or a lease that ran out), never a
         ``started`` call whose lease was live when it looked. (Settling a call whose lease
         ran out as ``retry`` when its effect happened is the operator's error, not checked.)"""
-        with psycopg.connect(POSTGRES_URL) as conn:
-            before = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         code, out = cli(["resolve-all", "retry", "--tool", "ship", "--thread", r.thread_id,
                          "--dry-run", "--json"], self._env(mode, kind))
+        # the command looked at some moment before it returned: a lease that outlived its
+        # return was live then (one that ran out while the command started may be listed)
+        with psycopg.connect(POSTGRES_URL) as conn:
+            after = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         if code != 0:
             self.tally.violation(r, f"resolve-all --dry-run exited {code}: {out.strip()[:500]}")
             return
         live = [c["key"] for c in json.loads(out)["calls"] if c["status"] == "started"
-                and datetime.fromisoformat(c["lease_expires_at"]) > before]
+                and datetime.fromisoformat(c["lease_expires_at"]) > after]
         if live:
             self.tally.violation(r, f"resolve-all listed calls whose lease was live: {live}")
         self.tally.faults["cli resolve-all (call in flight)"] += 1
