@@ -48,6 +48,7 @@ from langgraph_durable._tiers.common import (
     hot_unavailable,
     layout_learned,
     not_set_up,
+    owed_timed_out,
     polluted,
     replica_wait,
     run_id_of,
@@ -306,13 +307,15 @@ class Tiers:
         await conn.disconnect()
         await pool.release(conn)
 
-    async def _settle(self, conn: Any, request: Hot, *, source: bool = True) -> bool:
+    async def _settle(self, conn: Any, request: Hot, *, source: bool = True,
+                      failed: list[BaseException] | None = None) -> bool:
         """Read the owed reply of a script sent without waiting. A server that lost the
         script gets its source (and that reply is read now), or, with ``source`` false,
         True is returned: the caller has a command in flight behind it and sends the source
         once that command's reply is read. A failure is logged, not raised: it belongs to an
         operation that has returned, whose intent keeps readers on Postgres until the
-        intent's deadline (or until the update lands)."""
+        intent's deadline (or until the update lands); it is added to ``failed``, for the
+        caller that waits on the same connection (`_script`)."""
         try:
             try:
                 await conn.read_response()
@@ -323,6 +326,8 @@ class Tiers:
                 await conn.read_response()
             self.scripts.sent(request)
         except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
+            if failed is not None:
+                failed.append(exc)
             if not isinstance(exc, RedisResponseError):  # a refusal leaves the stream in step
                 await conn.disconnect()
             if wrong_type(exc):  # the next script's call repairs its keys, and says so
@@ -337,12 +342,15 @@ class Tiers:
         """Send ``request`` on ``conn`` and read its reply. A script ``conn`` still owes the
         reply of (``owed``, taken from the list: a retry does not read it again) has that
         reply read first; a waited-for script is sent before it is read, so the two share a
-        round trip (Redis runs them in the order sent)."""
+        round trip (Redis runs them in the order sent). An owed reply that Redis did not
+        send within ``tier_timeout`` fails this script at once (`owed_timed_out`)."""
         if self.redis_check is not None:
             await self._reached(conn, owed)
         before = owed.pop() if owed else None
+        failed: list[BaseException] = []
         if before is not None and (isinstance(request, HotBatch) or not request.wait):
-            await self._settle(conn, before)
+            await self._settle(conn, before, failed=failed)
+            owed_timed_out(failed)
             before = None
         if isinstance(request, HotBatch):
             await conn.send_packed_command(self.scripts.packed(*request.requests, source=True))
@@ -359,7 +367,9 @@ class Tiers:
         # The owed reply comes first. A server that lost its script cache failed that script
         # too: its source goes once this reply is read (Redis ran this script first; the
         # writer's intent keeps readers on Postgres until the update lands).
-        lost = before is not None and await self._settle(conn, before, source=False)
+        lost = before is not None and await self._settle(conn, before, source=False,
+                                                         failed=failed)
+        owed_timed_out(failed)
         if not conn.is_connected:  # the owed reply broke the connection: this one is lost too
             raise RedisConnectionError("connection lost while reading an owed reply")
         try:

@@ -183,6 +183,18 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
 )
 # A Redis connection that broke (the reply may never come), as opposed to a refusal.
 LOST_CONNECTION = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def owed_timed_out(failed: list[BaseException]) -> None:
+    """Raise `redis.exceptions.TimeoutError` if reading a connection's owed reply (`failed`:
+    what that read met) timed out: Redis did not answer within ``tier_timeout``, and the
+    script behind that reply, or a retry of it on a new connection, would wait as long again
+    (a lost connection is retried instead)."""
+    for exc in failed:
+        if isinstance(exc, redis.exceptions.TimeoutError):
+            raise redis.exceptions.TimeoutError(f"an owed reply: {exc}") from exc
+
+
 # Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint
 # violations, 54 program limits such as the btree row size): no retry can succeed.
 REJECTED_ERRORS: tuple[type[psycopg.Error], ...] = (

@@ -19,7 +19,14 @@ import pytest
 from langgraph_durable import DurableSaver, TierUnavailableError
 from tests.support.faults import PrivateRedis, Proxy, cli, private_redis
 from tests.support.graphs import chat_graph
-from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, REDIS_URL, postgres_address
+from tests.support.checkpoints import config_of, put_after, put_value, value_of
+from tests.support.servers import (
+    POSTGRES_DATABASE,
+    POSTGRES_URL,
+    REDIS_URL,
+    postgres_address,
+    redis_address,
+)
 
 BOUND = 3.0  # the default tier_timeout
 MARGIN = 2.0  # the work itself, on a shared 2-core machine
@@ -143,6 +150,38 @@ def test_a_frozen_postgres_costs_each_call_at_most_the_tier_timeout(
         else:
             assert isinstance(outcome, dict), (name, outcome)
             assert took < 1.0, f"{name} needs only Redis, took {took:.1f} s"
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_reply_a_frozen_redis_owes_costs_the_next_call_one_tier_timeout(
+    namespace: tuple[str, str], write_mode: str
+) -> None:
+    """Writing through, a put sends its Redis update after the commit without waiting for
+    the reply, and the connection owes it; Redis stops answering before it answers. The
+    next call reads that reply first: it fails over to Postgres after one tier_timeout
+    (before: the broken connection was retried, and the retry's connect waited a second
+    tier_timeout)."""
+    schema, prefix = namespace
+    proxy = Proxy(redis_address())
+    proxy.start()
+    saver = DurableSaver(f"redis://127.0.0.1:{proxy.port}/0", POSTGRES_URL, schema=schema,
+                         key_prefix=prefix, write_mode=write_mode, tier_timeout=2.0,
+                         background_flush=False)  # type: ignore[arg-type]
+    try:
+        saver.setup()
+        thread = f"owed-{uuid.uuid4()}"
+        first = put_value(saver, thread, "v1")
+        proxy.delay = 0.3  # the update below is held this long on its way to Redis...
+        put_after(saver, first, "v2")
+        proxy.freeze()  # ...and Redis stops answering before it gets there
+        took, value = _timed(lambda: value_of(saver, config_of(thread)))
+    finally:
+        proxy.thaw()
+        proxy.delay = 0.0
+        saver.close()
+        proxy.cut()
+    assert value == "v2"
+    assert took < 2.0 + 1.0, f"the read took {took:.1f} s with tier_timeout 2 s"
 
 
 @pytest.mark.parametrize("write_mode", ["behind"])
