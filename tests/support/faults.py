@@ -43,11 +43,12 @@ class PrivateRedis:
     """A redis-server of the test's own, on its own port and directory."""
 
     def __init__(self, workdir: Path, *, appendonly: str | None = None,
-                 password: str | None = None) -> None:
+                 password: str | None = None, replica_of: int | None = None) -> None:
         self.port = free_port()
         self.dir = workdir
         self.appendonly = appendonly
         self.password = password
+        self.replica_of = replica_of  # the port of the primary it starts as a replica of
         self.proc: subprocess.Popen[bytes] | None = None
         system = shutil.which("redis-server") if EMBEDDED is None else None
         self.binary = system or str(valkey.binary())
@@ -65,6 +66,8 @@ class PrivateRedis:
             args += ["--appendonly", "no"]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         self.proc = subprocess.Popen(args)
         client = redis.Redis(port=self.port, password=self.password)
         deadline = time.monotonic() + 10

@@ -32,6 +32,12 @@ The checks, per thread:
    acknowledged without a delete between them (two first runs of a thread), and the final
    head's parent chain holds every checkpoint acknowledged since the thread's last delete.
 
+Across the run:
+
+6. **Bounded latency.** Every completed operation ended within `LATENCY_BOUND` of its
+   invocation, its own process's pauses not counted, whatever tier was frozen or lost.
+7. **No raw driver error.** No operation failed with one of `RAW_ERRORS`.
+
 A violation is printed with the history slice around it: the operations on its thread in
 a window around the violating read, and the faults then.
 """
@@ -63,6 +69,15 @@ AOF_WINDOW = 1.5
 """Write-behind, Redis killed with ``appendfsync everysec``: acknowledged writes this long
 before the kill may be lost (documented)."""
 WRITES = ("put", "put_writes", "delete", "prune", "copy")
+TIER_TIMEOUT = 3.0
+"""The workers' ``tier_timeout``: the default."""
+LATENCY_BOUND = TIER_TIMEOUT + 3.0
+"""The longest an operation may take, a fault or not, its own process's pauses not
+counted: a frozen or lost tier costs a call at most ``tier_timeout`` on top of its work
+(docs/failure-model.md), and its work here is a few round trips on a loaded machine."""
+RAW_ERRORS = ("ResponseError", "WRONGTYPE", "DataError", "InterfaceError")
+"""Driver errors no call may end with: the saver turns what a tier answers into its own
+errors (a key of another type is a damaged copy, a dead server a `TierUnavailableError`)."""
 
 
 @dataclass
@@ -141,6 +156,7 @@ class Report:
     windowed: int = 0  # stale reads inside the bounded window
     max_windowed_lag: float = 0.0
     max_stale_lag: float = 0.0  # the longest a violating read lagged its acknowledged put
+    longest: dict[str, float] = field(default_factory=dict)  # per fault kind ("none")
     checked_reads: int = 0
     start: float = 0.0
 
@@ -159,6 +175,10 @@ class Report:
             f"violations: {len(self.violations)}"
             + (f" ({', '.join(f'{k} {n}' for k, n in sorted(checks.items()))}); "
                f"longest stale lag {self.max_stale_lag:.3f} s" if self.violations else ""),
+            "longest operation: " + ", ".join(
+                f"{kind} {took:.2f} s" for kind, took in sorted(
+                    self.longest.items(), key=lambda kv: -kv[1]))
+            + f" (bound {LATENCY_BOUND:.1f} s)",
         ]
         return "\n".join(lines)
 
@@ -199,7 +219,7 @@ def slot_of(proc: str) -> str:
 
 
 class Checker:
-    """Runs the five checks over one history."""
+    """Runs the checks over one history."""
 
     def __init__(self, ops: list[Op], faults: list[Fault], write_mode: str) -> None:
         self.ops = ops
@@ -260,7 +280,36 @@ class Checker:
             r.faults[f.kind] += 1
         for thread, ops in self.by_thread.items():
             self.check_thread(thread, ops)
+        self.check_latency()
+        self.check_errors()
         return r
+
+    def check_latency(self) -> None:
+        """Every completed operation ended within `LATENCY_BOUND`, its own process's
+        pauses not counted; the longest is reported per fault kind it overlapped."""
+        longest = self.report.longest
+        for op in self.ops:
+            if op.t1 == math.inf or op.proc == "final":
+                continue
+            paused = sum(max(0.0, min(op.t1, f.t1) - max(op.t0, f.t0))
+                         for f in self.pauses.get(op.proc, []))
+            took = op.t1 - op.t0 - paused
+            during = sorted({f.kind for f in self.faults
+                             if f.t0 <= op.t1 and f.t1 >= op.t0 and f.kind != "pause"})
+            for kind in during or ["none"]:
+                longest[kind] = max(longest.get(kind, 0.0), took)
+            if took > LATENCY_BOUND:
+                self.violation("latency", op, f"{op.op} by {op.worker} took {took:.1f} s "
+                               f"(bound {LATENCY_BOUND:.1f} s) during "
+                               f"{', '.join(during) or 'no fault'}: {op.kind} {op.error}",
+                               0.0, before=1.0)
+
+    def check_errors(self) -> None:
+        """No operation failed with a raw driver error."""
+        for op in self.ops:
+            if any(name in op.error for name in RAW_ERRORS):
+                self.violation("raw error", op, f"{op.op} by {op.worker}: {op.error}", 0.0,
+                               before=1.0)
 
     def check_thread(self, thread: str, ops: list[Op]) -> None:
         puts = [o for o in ops if o.op == "put" and o.ok]

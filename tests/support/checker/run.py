@@ -27,7 +27,22 @@ Faults (the nemesis log names each with its slot and times):
 - ``evict``: some of one thread's Redis keys deleted, as the eviction policy each write
   mode supports may delete them: write-through any key (``allkeys-*``), write-behind only
   keys with a TTL (``volatile-*``; `doctor` warns against ``allkeys-*`` there, as those
-  policies may evict writes not flushed yet, which write-behind keeps without a TTL).
+  policies may evict writes not flushed yet, which write-behind keeps without a TTL);
+- ``redis_snapshot`` (write-through): a snapshot kept (an RDB, or a copy of the AOF), a
+  moment of writes, then Redis killed and started from the snapshot: back in time;
+- ``redis_failover`` (write-through): a replica in sync stops reading its link for
+  0.3-1.5 s of writes, the primary is killed and the replica promoted in its place;
+- ``redis_freeze``: the private Redis SIGSTOPped for 10-30 s (an eighth of a short run at
+  most; its port still accepts connections, nothing answers), then SIGCONT;
+- ``pg_freeze``: every process's Postgres link keeps its connections and accepts new ones
+  but forwards nothing for as long (a Postgres that stopped answering), then forwards again;
+- ``redis_pollute``: one of a thread's keys overwritten with a value of another type, as
+  another client of the same Redis may write it (write-behind: only a key with a TTL, a
+  copy of what Postgres holds, as another client's write there loses data by design).
+
+Besides the history checks, every operation must end within `LATENCY_BOUND` of its start
+(its own process's pauses not counted), a fault or not, and none may fail with a raw
+driver error (`check.Checker.check_latency`, `check.Checker.check_errors`).
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import time
 import uuid
@@ -56,8 +72,11 @@ from tests.support.faults import PrivateRedis, Proxy
 from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, drop_schema, postgres_address
 
 SCENARIOS = ("general", "stale-after-recovery")
-FAULTS = {"redis_cut": 6, "redis_slow": 2, "pg_cut": 2, "pause": 2, "kill": 2,
-          "redis_restart": 1, "evict": 2, "redis_snapshot": 1, "redis_freeze": 1}
+FAULTS = {"redis_cut": 12, "redis_slow": 4, "pg_cut": 4, "pause": 4, "kill": 4,
+          "redis_restart": 2, "evict": 4, "redis_snapshot": 2, "redis_failover": 1,
+          "redis_pollute": 4,
+          "redis_freeze": 1, "pg_freeze": 1}
+FREEZE = (10.0, 30.0)  # seconds a frozen tier stays frozen (cut short at the nemesis's end)
 PERSISTENCE = {"through": ("always", "everysec", None), "behind": ("always", "everysec")}
 # stale-after-recovery: seconds per cycle, of which writing, and when p0's link is cut
 CYCLE, ACTIVE, CUT_AT = 3.0, 0.5, 0.1
@@ -70,6 +89,16 @@ for _, key in ipairs(KEYS) do
   if ARGV[1] == 'all' or redis.call('PTTL', key) > 0 then n = n + redis.call('DEL', key) end
 end
 return n
+"""
+# The pollution nemesis: another client writes a value of another type where a key of the
+# saver lives (under "volatile" only a key with a TTL, as for eviction).
+POLLUTE = """
+local key = KEYS[1]
+if ARGV[1] ~= 'all' and redis.call('PTTL', key) <= 0 then return 0 end
+local was = redis.call('TYPE', key)['ok']
+redis.call('DEL', key)
+if was == 'string' then redis.call('RPUSH', key, ARGV[2]) else redis.call('SET', key, ARGV[2]) end
+return 1
 """
 
 
@@ -249,28 +278,47 @@ class CheckerRun:
                 client = redis.Redis(port=self.redis.port)
                 self.fault(kind, None, t0, appendfsync=fsync or "none")
             elif kind == "redis_snapshot" and self.mode == "through":
-                # an RDB written now, a moment of writes after it, then a restart that loads
-                # it: Redis back in time, as a restore from a backup or an old snapshot is
-                # (write-behind loses what it acknowledged after the snapshot, by design)
-                client.save()
+                # a snapshot now (an RDB, or a copy of the AOF when Redis keeps one), a
+                # moment of writes after it, then a restart that loads it: Redis back in
+                # time, as a restore from a backup or an old snapshot is (write-behind loses
+                # what it acknowledged after the snapshot, by design)
+                form = self.snapshot(client)
                 time.sleep(self.rng.uniform(0.3, 1.5))
-                self.redis.kill()
-                self.redis.appendonly = None
-                self.redis.start()
+                self.restore(form)
                 client.close()
                 client = redis.Redis(port=self.redis.port)
-                self.fault(kind, None, t0)
+                self.fault(kind, None, t0, form=form)
+            elif kind == "redis_failover" and self.mode == "through":
+                lag = self.failover()
+                client.close()
+                client = redis.Redis(port=self.redis.port)
+                self.fault(kind, None, t0, lag=round(lag, 3))
             elif kind == "redis_freeze":
                 # SIGSTOP: the port still accepts connections and nothing answers
                 self.redis.freeze()
-                time.sleep(self.rng.uniform(0.5, 3.0))
+                time.sleep(self.freeze_for(stop))
                 self.redis.thaw()
                 self.fault(kind, None, t0)
+            elif kind == "pg_freeze":
+                for each in self.slots:
+                    each.pg_proxy.freeze()
+                time.sleep(self.freeze_for(stop))
+                for each in self.slots:
+                    each.pg_proxy.thaw()
+                self.fault(kind, None, t0)
+            elif kind == "redis_pollute":
+                thread = self.rng.choice(self.threads)
+                keys = self.keys_of(client, thread)
+                polluted = None
+                if keys:
+                    key = self.rng.choice(keys)
+                    if client.eval(POLLUTE, 1, key, "volatile" if self.mode == "behind"
+                                   else "all", "another client's value"):
+                        polluted = key.decode()
+                self.fault(kind, None, t0, thread=thread, key=polluted)
             elif kind == "evict":
                 thread = self.rng.choice(self.threads)
-                base = ThreadKeys(self.prefix, thread).base
-                pattern = base.replace("{", "[{]").replace("}", "[}]") + "*"
-                keys = list(client.scan_iter(match=pattern))
+                keys = self.keys_of(client, thread)
                 doomed = [k for k in keys if self.rng.random() < 0.5]
                 evicted = 0
                 if doomed:
@@ -281,10 +329,81 @@ class CheckerRun:
                 self.fault(kind, None, t0, thread=thread, keys=evicted)
         client.close()
 
+    def snapshot(self, client: redis.Redis) -> str:
+        """Keep a snapshot of the private Redis: a copy of its AOF (taken while it is
+        stopped, so that nothing appends meanwhile) or an RDB; returns which."""
+        aof = self.redis.dir / "appendonlydir"
+        if self.redis.appendonly and aof.exists() and self.rng.random() < 0.5:
+            self.redis.freeze()
+            try:
+                shutil.rmtree(self.workdir / "aof-snapshot", ignore_errors=True)
+                shutil.copytree(aof, self.workdir / "aof-snapshot")
+            finally:
+                self.redis.thaw()
+            return "aof"
+        client.save()
+        return "rdb"
+
+    def restore(self, form: str) -> None:
+        """Kill the private Redis and start it from the snapshot ``form`` kept."""
+        self.redis.kill()
+        if form == "aof":
+            aof = self.redis.dir / "appendonlydir"
+            shutil.rmtree(aof)
+            shutil.copytree(self.workdir / "aof-snapshot", aof)
+        else:
+            self.redis.appendonly = None  # it loads the RDB
+        self.redis.start()
+
+    def failover(self) -> float:
+        """A lagging replica promoted: a replica of the private Redis, in sync, stops
+        reading its link for a moment of writes; the primary is killed, the replica made
+        primary and every process's proxy turned to it (their connections dropped, as a
+        failover drops them). Returns how long the replica lagged."""
+        replica = PrivateRedis(self.workdir / f"replica-{uuid.uuid4().hex[:6]}",
+                               appendonly=self.redis.appendonly or "always",
+                               replica_of=self.redis.port)
+        replica.dir.mkdir()
+        replica.start()
+        link = redis.Redis(port=replica.port)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            info = link.info("replication")
+            if info.get("master_link_status") == "up" and not info.get(
+                    "master_sync_in_progress"):
+                break
+            time.sleep(0.05)
+        lag = self.rng.uniform(0.3, 1.5)
+        replica.freeze()
+        time.sleep(lag)
+        self.redis.kill()
+        replica.thaw()
+        link.replicaof("NO", "ONE")
+        link.close()
+        replica.replica_of = None  # a restart brings it back as the primary it now is
+        self.redis = replica
+        for slot in self.slots:
+            slot.redis_proxy.target = ("127.0.0.1", replica.port)
+            slot.redis_proxy.cut()
+            slot.redis_proxy.restore()
+        return lag
+
+    def freeze_for(self, stop: float) -> float:
+        """How long a tier stays frozen: `FREEZE`, in a short run an eighth of it at most
+        (so that the other faults still come), ended by the nemesis's end."""
+        return max(0.0, min(self.rng.uniform(*FREEZE), self.seconds / 8, stop - time.time()))
+
+    def keys_of(self, client: redis.Redis, thread: str) -> list[bytes]:
+        """The Redis keys of ``thread`` now."""
+        base = ThreadKeys(self.prefix, thread).base
+        return list(client.scan_iter(match=base.replace("{", "[{]").replace("}", "[}]") + "*"))
+
     def heal(self, until: float) -> None:
         """Every fault healed; the workers end at ``until`` (killed 30 s later)."""
+        self.redis.thaw()
         for slot in self.slots:
             slot.redis_proxy.delay = 0.0
+            slot.pg_proxy.thaw()
             if slot.proc is not None and slot.proc.pid:
                 _signal(slot.proc.pid, signal.SIGCONT)
         for slot in self.slots:
