@@ -24,6 +24,11 @@ from langgraph_durable.errors import ConfigurationError, DurableError, TierUnava
 
 logger = logging.getLogger("langgraph_durable")
 
+# The longest a flusher waits after a failed batch before it tries again. A call that
+# drains a thread (a delete, a copy, a read that must see Postgres) waits for a batch
+# another flusher holds, so once Postgres answers again it waits at most this long more.
+BACKOFF_CAP = 1.0
+
 
 class HasEngine(Protocol):
     """A `DurableSaver` (or anything that runs operations through an engine)."""
@@ -67,7 +72,8 @@ class BackgroundFlusher:
                 self.last_error = str(exc)
                 if self.failures == 1 or self.failures % 100 == 0:
                     logger.warning("flusher: %s; acknowledged writes wait in Redis", exc)
-                self._stop.wait(min(5.0, interval * 2 ** min(self.failures, 5)))
+                # at most a second: a drain in a call waits for this flusher's batch
+                self._stop.wait(min(BACKOFF_CAP, interval * 2 ** min(self.failures, 5)))
             except Exception:
                 self.failures += 1
                 logger.exception("flusher: unexpected error; retrying")

@@ -62,6 +62,8 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "incarnation": (shards.incarnation(LAYOUT, "check", "run", "tok", 1000), []),
     "incarnation_scan": (shards.incarnation_scan(LAYOUT, "tok", 1000, "0", 10), []),
     "journal_leave": (shards.journal_leave(LAYOUT, 0, "g", "c"), []),
+    "journal_release": (shards.journal_release(LAYOUT, 0, "g", "c", 10, ["1-0", "2-0"]),
+                        [["1-0", "2-0"]]),
     "dead_letters": (shards.dead_letters(LAYOUT, 0, "-", 10), []),
     "store_get": (store.get("e"), []),
     "store_fill": (store.fill("e", 1, "d", 60), []),

@@ -185,6 +185,40 @@ def test_a_reply_a_frozen_redis_owes_costs_the_next_call_one_tier_timeout(
 
 
 @pytest.mark.parametrize("write_mode", ["behind"])
+def test_a_drain_cut_short_by_a_frozen_postgres_holds_up_no_later_call(
+    namespace: tuple[str, str], write_mode: str, proxy: Proxy
+) -> None:
+    """Written behind, a delete drains the thread's journal entries first. With Postgres
+    frozen, the drain's commit fails within tier_timeout; once Postgres answers, the next
+    delete takes those entries over at once (before: they waited with the failed drain
+    until they sat idle for reclaim_after, 10 s). While Postgres stays frozen, a drain that
+    waits for entries another flusher holds asks Postgres itself, and fails as soon."""
+    schema, prefix = namespace
+    saver = DurableSaver(REDIS_URL, proxy.url(POSTGRES_DATABASE), schema=schema,
+                         key_prefix=prefix, write_mode=write_mode, breaker_cooldown=0.2,
+                         background_flush=False)  # type: ignore[arg-type]
+    saver.setup()
+    thread = f"drained-{uuid.uuid4()}"
+    try:
+        put_value(saver, thread, "v1")
+        proxy.freeze()
+        try:
+            first = _timed(lambda: saver.delete_thread(thread))
+            time.sleep(0.3)  # past breaker_cooldown: Postgres is asked again
+            again = _timed(lambda: saver.delete_thread(thread))
+        finally:
+            proxy.thaw()
+        time.sleep(0.3)
+        after = _timed(lambda: saver.delete_thread(thread))
+        assert value_of(saver, config_of(thread)) is None
+    finally:
+        saver.close()
+    _within({"first": first, "again": again}, BOUND + MARGIN)
+    assert _unavailable(first[1], "cold") and _unavailable(again[1], "cold")
+    assert after[1] is None and after[0] < 3.0, f"the delete took {after[0]:.1f} s"
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
 def test_calls_that_need_only_redis_never_wait_for_an_unreachable_postgres(
     namespace: tuple[str, str], write_mode: str, proxy: Proxy
 ) -> None:

@@ -257,6 +257,23 @@ def test_flush_read_ack_state_and_dead_letters(client: redis.Redis, layout: Layo
     assert run(client, shards.journal_leave(layout, 0, GROUP, "me")) == 1
 
 
+def test_a_released_batch_is_reclaimed_at_once(client: redis.Redis, layout: Layout) -> None:
+    """Entries a drain took and could not commit, once released, are the next flusher's
+    batch at once, not after reclaim_after; one acknowledged meanwhile is not released."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    run(client, thread.known_empty(keys, "", missed.ticket))
+    for cid in ("c1", "c2", "c3"):
+        run(client, _put_behind(keys, layout, cid))
+    read = {"group": GROUP, "count": 10, "reclaim": 60_000, "cap": 1 << 20, "forget": 0}
+    ids = [e[0] for e in run(client, shards.flush_read(layout, 0, consumer="drain", **read))]
+    assert run(client, shards.flush_read(layout, 0, consumer="flusher", **read)) == []
+    client.xack(layout.journal(0), GROUP, ids[0])
+    assert run(client, shards.journal_release(layout, 0, GROUP, "drain", 60_000, ids)) == 2
+    batch = run(client, shards.flush_read(layout, 0, consumer="flusher", **read))
+    assert [e[0] for e in batch] == ids[1:]
+
+
 def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
                                                       layout: Layout) -> None:
     """A call's keys and its registry's members that hold another type than the scripts

@@ -13,6 +13,7 @@ on to Postgres. An entry that cannot even be decoded goes there too.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -26,6 +27,7 @@ from langgraph_durable._core.journal.policy import plan
 from langgraph_durable._core.journal.state import each_shard, leave_requests, shard_states
 from langgraph_durable._core.requests import Cold, Op, Pause
 from langgraph_durable._core.scripts import shards as shard_calls
+from langgraph_durable._core.sql.flush import ANSWERS_SQL
 from langgraph_durable.config import seconds
 from langgraph_durable.errors import FlushTimeoutError, TierUnavailableError, WriteRejectedError
 
@@ -35,6 +37,10 @@ logger = logging.getLogger("langgraph_durable")
 # belongs to a saver that closed or died: flushers remove it.
 FORGET_CONSUMER_AFTER = 10
 
+
+# A drain whose shards' oldest entries (another flusher's batch) have not moved for this
+# many seconds asks Postgres itself whether it answers (`ANSWERS_SQL`).
+STILL_PROBE = 0.5
 
 Rejected = list[tuple[str, str]]  # (entry id, why Postgres or the decoder refused it)
 
@@ -126,7 +132,14 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
             rejected.append((entry_id, f"{what} journal entry: {exc}"))
             entries.append(Entry(entry_id, "?", "", "", "", [], 0))
     good = [e for e in entries if e.kind != "?"]
-    versions = yield from _commit(ctx, good, rejected)
+    try:
+        versions = yield from _commit(ctx, good, rejected)
+    except TierUnavailableError:
+        if consumer is not None:  # a drain's, which reads no more: the next may take them
+            with contextlib.suppress(TierUnavailableError):  # else reclaimed once idle
+                yield shard_calls.journal_release(layout, shard, GROUP, consumer, reclaim_ms,
+                                                  [e.id for e in entries])
+        raise
     acked: list[str | bytes | int] = []
     for e in entries:
         keys = layout.nobody(shard) if e.kind == "?" else layout.thread(e.thread_id)
@@ -184,10 +197,20 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
     consumer = f"{ctx.consumer}:{secrets.token_hex(4)}"
     moved, started = 0, time.monotonic()
     left = sorted(targets)
+    seen, still_since = None, started  # the shards' oldest entries, unmoved since then
     while True:
         for k in left:
             moved += yield from _flush_shard(ctx, consumer, k)
         states = yield from shard_states(ctx, left)
+        oldest = ([s.oldest for s in states], moved)
+        if oldest != seen:
+            seen, still_since = oldest, time.monotonic()
+        elif time.monotonic() - still_since >= STILL_PROBE:
+            # Entries another flusher holds have not moved: a Postgres that does not
+            # answer holds them up, and would hold this caller up until it answers again;
+            # asked itself, it fails this drain within tier_timeout instead.
+            yield Cold.one(ANSWERS_SQL, {})
+            still_since = time.monotonic()
         done = [
             k
             for k, s in zip(left, states, strict=True)

@@ -48,6 +48,14 @@ def journal_leave(layout: Layout, shard: int, group: str, consumer: str) -> Hot:
                                          consumer=consumer)
 
 
+def journal_release(layout: Layout, shard: int, group: str, consumer: str, reclaim: int,
+                    ids: Sequence[Arg]) -> Hot:
+    """Make the entries ``ids`` that ``consumer`` holds reclaimable at once (idle for
+    ``reclaim`` ms)."""
+    return SCRIPTS["journal_release"].call(journal=layout.journal(shard), group=group,
+                                           consumer=consumer, reclaim=reclaim, ids=ids)
+
+
 def dead_letters(layout: Layout, shard: int, first: str, count: int) -> Hot:
     """At most ``count`` of the shard's dead letters from id ``first`` ("-": the oldest)."""
     return SCRIPTS["dead_letters"].call(dead=layout.dead(shard), first=first, count=count)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from psycopg import sql
+
 from langgraph_durable._core.sql.parts import CHECKPOINT_CONFLICT, NEXT_VERSION
+
+# Whether Postgres answers at all: a drain asks it while another flusher's entries do not
+# move (`journal.flushing.flush`).
+ANSWERS_SQL = sql.SQL("SELECT 1")
 
 # Write-behind flush: one statement per table for a whole batch, in one transaction.
 # Each takes aligned arrays, one element per row; a batch holds each key at most once.
