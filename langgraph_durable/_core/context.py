@@ -98,6 +98,11 @@ class Breaker:
             self._probing = False
             return tripped
 
+    def opened_after(self, started: float) -> bool:
+        """Whether the breaker is open on news newer than a request that ``started``
+        (`time.monotonic`) then: another request failed while this one waited."""
+        return self.open_since is not None and self._changed > started
+
     def recovered(self) -> bool:
         """Close; whether the breaker was open."""
         if self.open_since is None and not self._probing:  # closed: the usual case

@@ -185,6 +185,17 @@ HOT_ERRORS: tuple[type[Exception], ...] = (
 LOST_CONNECTION = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
+def conn_was_broken(exc: psycopg.OperationalError) -> bool:
+    """Whether the error came from a connection that died (not a statement that failed)."""
+    return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
+
+
+def rolled_back_by_postgres(exc: psycopg.OperationalError) -> bool:
+    """Whether Postgres rolled the transaction back to resolve a conflict with another
+    (class 40: a deadlock, a serialization failure): it may simply run again."""
+    return bool(exc.sqlstate and exc.sqlstate.startswith("40"))
+
+
 def owed_timed_out(failed: list[BaseException]) -> None:
     """Raise `redis.exceptions.TimeoutError` if reading a connection's owed reply (`failed`:
     what that read met) timed out: Redis did not answer within ``tier_timeout``, and the

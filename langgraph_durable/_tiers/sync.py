@@ -44,12 +44,14 @@ from langgraph_durable._tiers.common import (
     cold_rejected,
     cold_silent,
     cold_unavailable,
+    conn_was_broken,
     hot_unavailable,
     layout_learned,
     not_set_up,
     owed_timed_out,
     polluted,
     replica_wait,
+    rolled_back_by_postgres,
     run_id_of,
     said_repaired,
     said_unchecked,
@@ -63,6 +65,9 @@ from langgraph_durable.errors import TierUnavailableError
 # How often a transaction Postgres rolled back (a deadlock, a serialization failure) runs
 # again before its error reaches the caller.
 ROLLBACK_RETRIES = 3
+# A request waiting for a busy pool past ``tier_timeout`` looks this often (seconds) whether
+# another found Postgres silent meanwhile.
+POOL_SLICE = 0.25
 
 T = TypeVar("T")
 logger = logging.getLogger("langgraph_durable")
@@ -465,7 +470,7 @@ class Tiers:
         if breaker.is_open and not breaker.cooled():
             raise cold_silent(breaker.reason)
         try:
-            result = self._cold(request)
+            result = self._cold(request, started=started)
         except TierUnavailableError as exc:
             if isinstance(exc.__cause__, psycopg.OperationalError) and rolled_back_by_postgres(
                     exc.__cause__):
@@ -479,11 +484,16 @@ class Tiers:
         breaker.recovered()
         return result
 
-    def _cold(self, request: Cold, *, retry: bool = True, rolled_back: int = 0
-                    ) -> list[Any]:
+    def _cold(self, request: Cold, *, started: float, retry: bool = True,
+                    rolled_back: int = 0) -> list[Any]:
+        """`cold` without the breaker's bookkeeping. A request that waited for a pooled
+        connection while another found Postgres silent (the breaker opened since it
+        ``started``) fails at once: its statements would wait as long again."""
         watch = None  # set once a connection is lent: a failure from then on is its own
         try:
-            with self._pooled() as conn:
+            with self._pooled(started) as conn:
+                if self.cold_breaker.opened_after(started):
+                    raise cold_silent(self.cold_breaker.reason)
                 watch = self.watchdog.watch(conn)
                 try:
                     if len(request.statements) == 1 and conn.autocommit:
@@ -501,14 +511,15 @@ class Tiers:
             # contention, not of Postgres being unavailable (`cold` keeps its breaker shut)
             if rolled_back_by_postgres(exc) and rolled_back < ROLLBACK_RETRIES:
                 time.sleep(random.uniform(0.005, 0.025) * (rolled_back + 1))
-                return self._cold(request, retry=retry, rolled_back=rolled_back + 1)
+                return self._cold(request, started=started, retry=retry,
+                                        rolled_back=rolled_back + 1)
             # a pooled connection that died (Postgres restarted, a proxy cut it): drop the
             # idle ones and try once more; a connection the pool could not make or lend
             # in time, or one the watchdog shut down, is Postgres not answering, and a
             # retry would only wait as long again
             if retry and watch is not None and not watch.severed and conn_was_broken(exc):
                 self.pool.check()
-                return self._cold(request, retry=False)
+                return self._cold(request, started=started, retry=False)
             raise cold_unavailable(exc) from exc
         except COLD_ERRORS as exc:
             raise cold_unavailable(exc) from exc
@@ -516,13 +527,15 @@ class Tiers:
             raise not_set_up(exc) from exc
 
     @contextlib.contextmanager
-    def _pooled(self) -> Iterator[Any]:
+    def _pooled(self, started: float) -> Iterator[Any]:
         """A pooled Postgres connection. A psycopg pool has ``tier_timeout`` to lend one;
         past it the caller waits on, up to ``pool_timeout``, only if the pool is busy (it
         holds all the connections it may, every one lent out, and none failed to connect
         meanwhile); else Postgres does not answer and `psycopg_pool.PoolTimeout` is
-        raised. The saver's pool for an event loop (`LoopPool`) connects in the caller,
-        within ``tier_timeout`` (the connect timeout), and its wait is for a free slot."""
+        raised; while it waits on, a request that ``started`` before another found
+        Postgres silent fails at once (`cold_silent`). The saver's pool for an event loop
+        (`LoopPool`) connects in the caller, within ``tier_timeout`` (the connect
+        timeout), and its wait is for a free slot."""
         total = seconds(self.config.pool_timeout)
         first = min(total, seconds(self.config.tier_timeout))
         stats = getattr(self.pool, "get_stats", None)
@@ -542,8 +555,21 @@ class Tiers:
             if lent or now.get("connections_errors", 0) > errors or (
                     now.get("pool_size", 0) < now.get("pool_max", 0)):
                 raise
-        with self.pool.connection(timeout=total - first) as conn:
-            yield conn
+        # busy: wait on in slices, and stop once another request found Postgres silent
+        # (the connections it frees are broken, and new ones wait for Postgres too)
+        deadline = time.monotonic() + total - first
+        while not self.cold_breaker.opened_after(started):
+            try:
+                with self.pool.connection(
+                        timeout=max(0.001, min(POOL_SLICE, deadline - time.monotonic()))
+                ) as conn:
+                    lent = True
+                    yield conn
+                return
+            except psycopg_pool.PoolTimeout:
+                if lent or time.monotonic() >= deadline:
+                    raise
+        raise cold_silent(self.cold_breaker.reason)
 
     @staticmethod
     def _execute(conn: psycopg.Connection[Any], statement: Any) -> Any:
@@ -566,13 +592,3 @@ class Tiers:
         if self.cluster is not None:
             self.cluster.close()
 
-
-def conn_was_broken(exc: psycopg.OperationalError) -> bool:
-    """Whether the error came from a connection that died (not a statement that failed)."""
-    return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
-
-
-def rolled_back_by_postgres(exc: psycopg.OperationalError) -> bool:
-    """Whether Postgres rolled the transaction back to resolve a conflict with another
-    (class 40: a deadlock, a serialization failure): it may simply run again."""
-    return bool(exc.sqlstate and exc.sqlstate.startswith("40"))

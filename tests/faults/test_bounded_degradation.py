@@ -8,6 +8,7 @@ What each call then returns or raises is the failure model's (docs/failure-model
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,9 +18,9 @@ from typing import Any
 import pytest
 
 from langgraph_durable import DurableSaver, TierUnavailableError
+from tests.support.checkpoints import config_of, put_after, put_value, value_of
 from tests.support.faults import PrivateRedis, Proxy, cli, private_redis
 from tests.support.graphs import chat_graph
-from tests.support.checkpoints import config_of, put_after, put_value, value_of
 from tests.support.servers import (
     POSTGRES_DATABASE,
     POSTGRES_URL,
@@ -182,6 +183,37 @@ def test_a_reply_a_frozen_redis_owes_costs_the_next_call_one_tier_timeout(
         proxy.cut()
     assert value == "v2"
     assert took < 2.0 + 1.0, f"the read took {took:.1f} s with tier_timeout 2 s"
+
+
+def test_a_call_waiting_for_a_connection_a_frozen_postgres_holds_fails_when_it_is_freed(
+    namespace: tuple[str, str], proxy: Proxy
+) -> None:
+    """One Postgres connection, Postgres frozen, two deletes at once: one waits for the
+    connection the other's statement holds. When the watchdog frees it after tier_timeout,
+    the waiting delete fails at once (before: it ran its statement on that connection and
+    waited tier_timeout again)."""
+    schema, prefix = namespace
+    saver = DurableSaver(REDIS_URL, proxy.url(POSTGRES_DATABASE), schema=schema,
+                         key_prefix=prefix, postgres_max_connections=1, tier_timeout=2.0,
+                         background_flush=False)
+    saver.setup()
+    times: dict[str, tuple[float, Any]] = {}
+
+    def delete(name: str) -> None:
+        times[name] = _timed(lambda: saver.delete_thread(f"{name}-{uuid.uuid4()}"))
+
+    proxy.freeze()
+    try:
+        calls = [threading.Thread(target=delete, args=(name,)) for name in ("a", "b")]
+        for call in calls:
+            call.start()
+        for call in calls:
+            call.join()
+    finally:
+        proxy.thaw()
+        saver.close()
+    assert all(_unavailable(outcome, "cold") for _, outcome in times.values()), times
+    _within(times, 2.0 + 1.5)
 
 
 @pytest.mark.parametrize("write_mode", ["behind"])
