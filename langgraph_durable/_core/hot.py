@@ -30,7 +30,7 @@ from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.scripts import shards, thread
-from langgraph_durable.config import mask_url
+from langgraph_durable.config import mask_url, seconds
 from langgraph_durable.errors import DegradedWarning, SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
@@ -350,7 +350,12 @@ def _drop_every_copy(ctx: Context, run_id: str, token: str) -> Op[int]:
                 f"({CHECK_LEASE_MS / 1000:g}s) between two steps", tier="hot")
         cursor = _text(reply[0])
         threads = sorted({t for t in map(layout.thread_of, reply[1:]) if t is not None})
-        yield from _drop_flushed(ctx, [(layout.thread(t), 1) for t in threads])
+        # a batch another process's flusher took is either committed, waiting to be
+        # acknowledged until this check ends, or failed, once it sat idle for
+        # tier_timeout (the bound of its commit): taking it over then, not after
+        # reclaim_after, keeps every caller of this prefix from waiting that long
+        yield from _drop_flushed(ctx, [(layout.thread(t), 1) for t in threads],
+                                 reclaim=seconds(ctx.config.tier_timeout))
         dropped += len(threads)
         if cursor == "0":
             return dropped
@@ -363,10 +368,11 @@ def _abandon(ctx: Context, run_id: str, token: str) -> Op[None]:
     return None
 
 
-def _drop_flushed(ctx: Context, drops: Sequence[tuple[ThreadKeys, int]]) -> Op[None]:
+def _drop_flushed(ctx: Context, drops: Sequence[tuple[ThreadKeys, int]], *,
+                  reclaim: float | None = None) -> Op[None]:
     """Drop the copies of threads, each leaving its tombstone, in one round trip, as
     `apply_marks` drops one: a thread whose write-behind entries are still on their way to
-    Postgres has them flushed first, then is dropped."""
+    Postgres has them flushed first (``reclaim``: see `journal.flush`), then is dropped."""
     if not drops:
         return None
     replies = yield HotBatch(tuple(_drop_request(ctx, keys, "", tomb, only_flushed=True)
@@ -375,7 +381,8 @@ def _drop_flushed(ctx: Context, drops: Sequence[tuple[ThreadKeys, int]]) -> Op[N
                if reply == -1]
     if waiting:
         yield from journal.flush(ctx, timeout=None,
-                                 thread_ids=[keys.thread_id for keys, _ in waiting])
+                                 thread_ids=[keys.thread_id for keys, _ in waiting],
+                                 reclaim=reclaim)
         yield HotBatch(tuple(_drop_request(ctx, keys, "", tomb, only_flushed=False)
                              for keys, tomb in waiting))
     return None

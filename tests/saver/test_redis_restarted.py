@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 import redis
 
 from langgraph_durable import DurableSaver
-from tests.support.checkpoints import config_of, put_after, put_line, value_of
+from tests.support.checkpoints import config_of, put_after, put_line, put_value, value_of
 from tests.support.faults import PrivateRedis
 from tests.support.servers import POSTGRES_URL
 
@@ -110,6 +111,31 @@ def test_write_behind_entries_still_in_the_snapshot_reach_postgres_before_the_dr
     put_after(saver, latest.config, "v2")
     saver.flush()
     assert _history(saver, thread) == ["v2", "v1"]
+    saver.close()
+
+
+def test_a_batch_another_flusher_took_before_the_restart_holds_the_check_up_briefly(
+        server: PrivateRedis, namespace: tuple[str, str]) -> None:
+    """Write-behind: another process's flusher took turn 1's entry when Redis restarted,
+    and that flusher waits for the check like every caller. The check takes the batch over
+    once it sat idle for tier_timeout (the bound of that flusher's commit), not after
+    reclaim_after (10 s), and every caller meanwhile waits as long."""
+    saver = _saver(server, namespace, "behind", background_flush=False, tier_timeout=1.0)
+    thread = f"t-{uuid.uuid4()}"
+    put_value(saver, thread, "v1")
+    layout = saver.engine.context.layout
+    client = redis.Redis.from_url(server.url)
+    client.xgroup_create(layout.journal(0), "flushers", id="0")
+    assert client.xreadgroup("flushers", "another-process", {layout.journal(0): ">"})
+    client.close()
+    _snapshot(server)
+    _restart_from_snapshot(server)
+    started = time.monotonic()
+    latest = saver.get_tuple(config_of(thread))
+    took = time.monotonic() - started
+    assert latest is not None and latest.checkpoint["channel_values"]["value"] == "v1"
+    assert took < 3.0, f"the first read after the restart took {took:.1f} s"
+    assert _history(saver, thread) == ["v1"]
     saver.close()
 
 

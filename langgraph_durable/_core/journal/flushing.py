@@ -111,13 +111,17 @@ def _acknowledge_late(ctx: Context) -> Op[None]:
     return None
 
 
-def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
+def _flush_shard(ctx: Context, consumer: str | None, shard: int,
+                 reclaim: float | None = None) -> Op[int]:
+    """One batch of ``shard``: this consumer's own entries first, else entries another
+    took and left idle for ``reclaim`` seconds (default ``reclaim_after``), else new ones."""
     layout = ctx.layout
-    reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
+    reclaim_after_ms = int(seconds(ctx.config.reclaim_after) * 1000)
+    reclaim_ms = reclaim_after_ms if reclaim is None else int(reclaim * 1000)
     raw = yield shard_calls.flush_read(
         layout, shard, group=GROUP, consumer=consumer or ctx.consumer,
         count=ctx.config.flush_batch, reclaim=reclaim_ms, cap=ctx.config.flush_batch_bytes,
-        forget=reclaim_ms * FORGET_CONSUMER_AFTER,
+        forget=reclaim_after_ms * FORGET_CONSUMER_AFTER,
     )
     if not raw:
         return 0
@@ -175,10 +179,13 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int) -> Op[int]:
     return len(entries)
 
 
-def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None = None) -> Op[int]:
+def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None = None, *,
+          reclaim: float | None = None) -> Op[int]:
     """Drain until every entry present when called is in Postgres (or, rejected by it, in
     the dead letters); returns entries moved. With ``thread_ids``, only the shards that
-    hold those threads' entries are drained.
+    hold those threads' entries are drained. ``reclaim``: how long (seconds) entries
+    another flusher took sit idle before this drain takes them over (default
+    ``reclaim_after``).
 
     Works alongside other flushers: entries they hold are waited for (or reclaimed once
     idle), so the promise holds whoever moved them. It reads as a consumer of its own, so
@@ -200,7 +207,7 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
     seen, still_since = None, started  # the shards' oldest entries, unmoved since then
     while True:
         for k in left:
-            moved += yield from _flush_shard(ctx, consumer, k)
+            moved += yield from _flush_shard(ctx, consumer, k, reclaim)
         states = yield from shard_states(ctx, left)
         oldest = ([s.oldest for s in states], moved)
         if oldest != seen:
