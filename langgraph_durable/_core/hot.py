@@ -128,8 +128,10 @@ def commit(
     # a mark gives every namespace of its threads a new version, so the transaction takes
     # their head rows first, in the order a change to whole threads takes them: two marked
     # writes to namespaces of one thread would otherwise each hold its own namespace's row
-    # and wait for the other's (a deadlock, which Postgres ends by failing one)
-    lock = [Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(thread_ids)})]
+    # and wait for the other's (a deadlock, which Postgres ends by failing one); the
+    # table's write lock comes before them (`LOCK_HEADS_FOR_WRITES_SQL` says why)
+    lock = [Statement(ctx.statements.lock_heads_for_writes_sql, {}),
+            Statement(ctx.statements.lock_heads_sql, {"thread_ids": list(thread_ids)})]
     if not marks:
         lock = []
     result: list[Any] = yield Cold((*lock, *statements, *marks))

@@ -41,15 +41,16 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
     ctx.marks.checked()
     script = Script([
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), hot_down()),
-        (cold(st.lock_heads_sql, st.put_checkpoint_sql, st.mark_hot_stale_sql,
+        (cold(st.lock_heads_for_writes_sql, st.lock_heads_sql, st.put_checkpoint_sql,
+              st.mark_hot_stale_sql,
               st.bump_thread_sql, st.order_marks_sql, st.renumber_marks_sql),
-         [None, [{"version": 9, "head": "x"}], None, None, None, None]),
+         [None, None, [{"version": 9, "head": "x"}], None, None, None, None]),
     ])
     config = script.run(op)
     assert script.done
     assert config["configurable"] == {"thread_id": THREAD, "checkpoint_ns": "",
                                       "checkpoint_id": checkpoint_id}
-    lock, put_stmt, mark, bump, _, renumber = script.requests[1].statements
+    _, lock, put_stmt, mark, bump, _, renumber = script.requests[1].statements
     assert lock.params == {"thread_ids": [THREAD]}
     assert put_stmt.fetch
     assert put_stmt.params["thread_id"] == THREAD
@@ -68,9 +69,10 @@ def test_while_the_breaker_is_open_a_put_skips_redis_entirely(ctx: Context) -> N
     _, op = _put(ctx)
     st = ctx.statements
     script = Script([
-        (cold(st.lock_heads_sql, st.put_checkpoint_sql, st.mark_hot_stale_sql,
+        (cold(st.lock_heads_for_writes_sql, st.lock_heads_sql, st.put_checkpoint_sql,
+              st.mark_hot_stale_sql,
               st.bump_thread_sql, st.order_marks_sql, st.renumber_marks_sql),
-         [None, [{"version": 9, "head": "x"}], None, None, None, None]),
+         [None, None, [{"version": 9, "head": "x"}], None, None, None, None]),
     ])
     script.run(op)
     assert script.done

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import redis
 
-from langgraph_durable import DurableSaver, TierUnavailableError
+from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailableError
 from tests.support.checkpoints import (
     config_of,
     hot_keys_pattern,
@@ -196,6 +196,72 @@ def _waiting_for_lock(schema: str) -> bool:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
                            "'Lock' AND query LIKE %s", (f'%"{schema}".lgd_heads%',)).fetchone()
     return bool(row and row[0])
+
+
+def _deadlocks() -> int:
+    """The deadlocks Postgres broke in the test database so far (its statistics are sent
+    within a second)."""
+    time.sleep(1.1)
+    with psycopg.connect(POSTGRES_URL) as conn:
+        row = conn.execute("SELECT deadlocks FROM pg_stat_database "
+                           "WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_writes_that_bypass_redis_and_prunes_of_their_thread_do_not_deadlock(
+    namespace: tuple[str, str]
+) -> None:
+    """With Redis out of reach, puts that extend a thread (each locking the thread's head
+    rows first) and prunes of the same thread (each holding the heads table against writes,
+    then those rows) run at once: a put used to hold a row the prune waited for while it
+    waited for the prune's table lock (Postgres's "deadlock detected", a second lost each
+    time, then TierUnavailableError when the retries ran out)."""
+    proxy = Proxy(redis_address())
+    proxy.start()
+    writers = [_through_proxy(proxy, namespace) for _ in range(2)]
+    pruner = _through_proxy(proxy, namespace)
+    try:
+        thread = f"t-{uuid.uuid4()}"
+        put_value(writers[0], thread, "v0")
+        proxy.cut()
+        failures: list[BaseException] = []
+        done = threading.Event()
+
+        def write(saver: DurableSaver) -> None:
+            for n in range(30):
+                try:
+                    latest = saver.get_tuple(config_of(thread))
+                    assert latest is not None
+                    put_after(saver, latest.config, f"v{n}")
+                except ThreadConflictError:
+                    pass  # the other writer extended it first
+                except Exception as exc:  # every other failure is the test's
+                    failures.append(exc)
+
+        def prune() -> None:
+            while not done.is_set():
+                try:
+                    pruner.prune([thread])
+                except Exception as exc:
+                    failures.append(exc)
+
+        deadlocks = _deadlocks()
+        workers = [threading.Thread(target=write, args=(saver,)) for saver in writers]
+        pruning = threading.Thread(target=prune)
+        pruning.start()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        done.set()
+        pruning.join()
+        assert failures == []
+        assert _deadlocks() == deadlocks, "Postgres broke deadlocks (a second lost each)"
+    finally:
+        for saver in (*writers, pruner):
+            saver.close()
+        proxy.cut()
 
 
 def test_writes_to_namespaces_of_one_thread_that_bypass_redis_do_not_deadlock(

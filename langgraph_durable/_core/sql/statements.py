@@ -58,6 +58,7 @@ class Statements(Rendered):
     known_types_sql: sql.SQL
     lock_heads_sql: sql.SQL
     lock_heads_table_sql: sql.SQL
+    lock_heads_for_writes_sql: sql.SQL
     mark_hot_stale_sql: sql.SQL
     newest_mark_sql: sql.SQL
     order_marks_sql: sql.SQL

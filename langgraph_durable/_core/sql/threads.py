@@ -210,6 +210,13 @@ TOMBSTONE_SQL = "SELECT " + NEXT_VERSION + " AS version"
 # one who waits for it.
 LOCK_HEADS_TABLE_SQL = "LOCK TABLE {schema}.lgd_heads IN SHARE ROW EXCLUSIVE MODE"
 
+# First in a write that locks its head rows before it writes them (`hot.commit`, a write
+# that bypassed Redis): the lock its head updates take anyway, taken before the row locks.
+# A row lock needs less (`FOR UPDATE`: ROW SHARE), so without it the write could hold rows
+# a heads rebuild (which holds `LOCK_HEADS_TABLE_SQL`) waits for, and then wait for that
+# rebuild's table lock itself: a deadlock, which Postgres ends after a second by failing one.
+LOCK_HEADS_FOR_WRITES_SQL = "LOCK TABLE {schema}.lgd_heads IN ROW EXCLUSIVE MODE"
+
 # After a change to whole threads: every remaining namespace gets a new version and its
 # newest checkpoint as head (delete_for_runs may have removed the head). %(thread_ids)s
 REBUILD_HEADS_SQL = (
