@@ -45,16 +45,20 @@ test: $(STAMP)
 # killed and restarted, Postgres cut, asyncio cancellations, forks and resolves from the
 # command line (`make test` runs 12); RESUME_LOG gets one line per
 # thread saying where it resumed and why. The real-process checker: CHECKER_SECONDS of
-# worker processes under its nemesis in each write mode (`make test` runs 20 s in each).
+# worker processes under its nemesis in each write mode (`make test` runs 20 s in each);
+# then DRAIN_ROUNDS rounds of kill, drain, FLUSHDB and a fresh read, written behind (`make
+# test` runs 12).
 SEEDS ?= 20000
 KILLS ?= 200
 CHAOS_SEED ?= 1
 RESUME_LOG ?= chaos-resumes.log
 CHECKER_SECONDS ?= 1800
+DRAIN_ROUNDS ?= 500
 chaos: $(STAMP)
 	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/faults/test_simulation.py
 	$(PY) -m tests.support.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
 	$(PY) -m tests.support.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
+	$(PY) -m tests.support.checker.drain_loop --rounds $(DRAIN_ROUNDS) --seed $(CHAOS_SEED)
 
 # LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
 # write-through then write-behind, then the Postgres store's tests against DurableStore

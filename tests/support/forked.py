@@ -16,7 +16,8 @@ from typing import Any
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["tests.support.chaos_worker", "tests.support.kill_point_worker",
                                  "tests.support.killed_patterns_worker",
-                                 "tests.support.checker.worker"])
+                                 "tests.support.checker.worker",
+                                 "tests.support.checker.drain_loop"])
 
 
 def start(target: Callable[..., Any], *args: Any) -> BaseProcess:
