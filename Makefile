@@ -58,7 +58,7 @@ chaos: $(STAMP)
 	LGD_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q --timeout=0 tests/faults/test_simulation.py
 	$(PY) -m tests.support.chaos --kills $(KILLS) --seed $(CHAOS_SEED) --log $(RESUME_LOG)
 	$(PY) -m tests.support.checker --seconds $(CHECKER_SECONDS) --seed $(CHAOS_SEED) --mode both
-	$(PY) -m tests.support.checker.drain_loop --rounds $(DRAIN_ROUNDS) --seed $(CHAOS_SEED)
+	$(PY) -m tests.support.checker --drain-rounds $(DRAIN_ROUNDS) --seed $(CHAOS_SEED)
 
 # LangGraph's own test suite (the sdist of the pinned langgraph) against DurableSaver,
 # write-through then write-behind, then the Postgres store's tests against DurableStore

@@ -8,15 +8,13 @@ read must hold every turn the worker saw finish (its state no shorter), and resu
 (``invoke(None)``) must not find the thread empty (LangGraph's ``EmptyInputError``). The
 thread grows round after round, as the one that showed the defect had (590 checkpoints).
 
-    python -m tests.support.checker.drain_loop --rounds 500
+    python -m tests.support.checker --drain-rounds 500
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -109,25 +107,3 @@ class Loop:
             self.failures.append(f"round {n}: {type(exc).__name__}: {exc}")
         finally:
             fresh.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.checker.drain_loop",
-                                     description=__doc__)
-    parser.add_argument("--rounds", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="lgd-drain-") as tmp:
-        started = time.monotonic()
-        failures = Loop(Path(tmp), args.seed).run(args.rounds)
-    print(f"{args.rounds} rounds in {time.monotonic() - started:.0f} s; "
-          f"failures: {len(failures)}")
-    for failure in failures[:10]:
-        print(failure)
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
