@@ -298,24 +298,27 @@ class Checker:
         """Every completed operation ended within `LATENCY_BOUND`, its own process's
         pauses not counted; the longest is reported per fault kind it overlapped."""
         longest = self.report.longest
+        faults = sorted(self.faults, key=lambda f: f.t0)
+        starts = [f.t0 for f in faults]
+        reach = max((f.t1 - f.t0 for f in faults), default=0.0) + RECLAIM_AFTER
         for op in self.ops:
             if op.t1 == math.inf or op.proc == "final":
                 continue
             paused = sum(max(0.0, min(op.t1, f.t1) - max(op.t0, f.t0))
                          for f in self.pauses.get(op.proc, []))
             took = op.t1 - op.t0 - paused
-            during = sorted({f.kind for f in self.faults
-                             if f.t0 <= op.t1 and f.t1 >= op.t0 and f.kind != "pause"})
+            # the faults that began before the op ended and may reach into it
+            near = faults[bisect.bisect_left(starts, op.t0 - reach):
+                          bisect.bisect_right(starts, op.t1)]
+            during = sorted({f.kind for f in near if f.t1 >= op.t0 and f.kind != "pause"})
             for kind in during or ["none"]:
                 longest[kind] = max(longest.get(kind, 0.0), took)
             bound = LATENCY_BOUND
             if self.write_mode == "behind":
                 bound += RECLAIM_AFTER * any(
-                    f.kind == "kill" and f.t0 <= op.t1 and op.t0 <= f.t1 + RECLAIM_AFTER
-                    for f in self.faults)
+                    f.kind == "kill" and op.t0 <= f.t1 + RECLAIM_AFTER for f in near)
                 bound += TIER_TIMEOUT * sum(
-                    f.kind in RESTARTS and f.t0 <= op.t1 and op.t0 <= f.t1 + LATENCY_BOUND
-                    for f in self.faults)
+                    f.kind in RESTARTS and op.t0 <= f.t1 + LATENCY_BOUND for f in near)
             if took > bound:
                 self.violation("latency", op, f"{op.op} by {op.worker} took {took:.1f} s "
                                f"(bound {bound:.1f} s) during "
