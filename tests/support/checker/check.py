@@ -37,7 +37,8 @@ Across the run:
 6. **Bounded latency.** Every completed operation ended within `LATENCY_BOUND` of its
    invocation, its own process's pauses not counted, whatever tier was frozen or lost
    (written behind, `RECLAIM_AFTER` longer within that long of a kill, `TIER_TIMEOUT`
-   longer per Redis restart it overlaps).
+   longer per Redis restart it overlaps; after a restart, `CHECK_LEASE` longer if
+   another process was killed since, as long as others were paused).
 7. **No raw driver error.** No operation failed with one of `RAW_ERRORS`.
 
 A violation is printed with the history slice around it: the operations on its thread in
@@ -56,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langgraph_durable._core.hot import CHECK_LEASE_MS
 from tests.support.checker.worker import BREAKER_COOLDOWN, STALE_POLL_INTERVAL
 
 SLACK = 0.5
@@ -85,6 +87,11 @@ RESTARTS = ("redis_restart", "redis_snapshot", "redis_failover")
 """A new Redis process: every call waits for its check (docs/failure-model.md), which,
 written behind, takes over the batches flushers held once idle for ``tier_timeout``; a
 call within `LATENCY_BOUND` of one has that much longer (more for restarts in a row)."""
+CHECK_LEASE = CHECK_LEASE_MS / 1000
+"""A new Redis process is checked by one process under a lease; killed midway, every
+other waits for the lease to end, paused, for as long as it is paused: a call within
+`LATENCY_BOUND` of a Redis restart has that much longer when another process was killed
+or paused since."""
 RAW_ERRORS = ("ResponseError", "WRONGTYPE", "DataError", "InterfaceError")
 """Driver errors no call may end with: the saver turns what a tier answers into its own
 errors (a key of another type is a damaged copy, a dead server a `TierUnavailableError`)."""
@@ -243,6 +250,12 @@ class Checker:
         self.by_proc: dict[str, list[float]] = defaultdict(list)  # invocation times
         for op in ops:
             self.by_proc[op.proc].append(op.t0)
+        self.copies: dict[str, list[Op]] = defaultdict(list)  # acknowledged, by target
+        for op in ops:
+            if op.op == "copy" and op.ok and op.args.get("target"):
+                self.copies[op.args["target"]].append(op)
+        self._puts_by_t0: dict[str, tuple[list[Op], list[float]]] = {}
+        self._removals: dict[str, tuple[list[float], list[float]]] = {}
         self.pauses: dict[str, list[Fault]] = defaultdict(list)
         for f in faults:
             if f.kind == "pause" and f.detail.get("proc"):
@@ -314,6 +327,13 @@ class Checker:
             for kind in during or ["none"]:
                 longest[kind] = max(longest.get(kind, 0.0), took)
             bound = LATENCY_BOUND
+            restarted = [f.t0 for f in near
+                         if f.kind in RESTARTS and op.t0 <= f.t1 + LATENCY_BOUND]
+            if restarted:  # every call waits for one process's check of the new Redis
+                since = min(restarted)
+                holders = [f for f in near if f.t0 >= since and f.slot != slot_of(op.proc)]
+                bound += CHECK_LEASE * any(f.kind == "kill" for f in holders)
+                bound += sum(f.t1 - f.t0 for f in holders if f.kind == "pause")
             if self.write_mode == "behind":
                 bound += RECLAIM_AFTER * any(
                     f.kind == "kill" and op.t0 <= f.t1 + RECLAIM_AFTER for f in near)
@@ -338,17 +358,28 @@ class Checker:
         puts += virtual
         deletes = [o for o in ops if o.op == "delete" and o.may_have_happened]
         prunes = [o for o in ops if o.op == "prune" and o.may_have_happened]
-        by_id = sorted(puts, key=lambda o: o.args["id"])
-        ids = [o.args["id"] for o in by_id]
+        by_t0 = sorted(puts, key=lambda o: o.t0)
+        t0s = [o.t0 for o in by_t0]
         put_of = {o.args["id"]: o for o in ops if o.op == "put" and o.may_have_happened}
         writes: dict[str, list[Op]] = defaultdict(list)
         for o in ops:
             if o.op == "put_writes" and o.ok:
                 writes[o.args["checkpoint"]].append(o)
-        ok_deletes = [d for d in deletes if d.ok]
+        ok_deletes = sorted((d for d in deletes if d.ok), key=lambda d: d.t0)
+        ok_begun = [d.t0 for d in ok_deletes]
+
+        # deletes by invocation, with the latest completion among those invoked so far
+        begun = sorted(deletes, key=lambda d: d.t0)
+        begun_at = [d.t0 for d in begun]
+        ended_by = list(itertools.accumulate((d.t1 for d in begun), max, initial=-math.inf))
+
+        def since_delete(read: Op) -> float:
+            """The latest a delete invoked before ``read`` ended may have ended: an
+            operation invoked before then may have been deleted before the read."""
+            return ended_by[bisect.bisect_left(begun_at, read.t1)]
 
         def deleted_between(p: Op, read: Op) -> bool:
-            return any(d.t0 < read.t1 and d.t1 > p.t0 for d in deletes)
+            return since_delete(read) > p.t0
 
         for read in ops:
             if not read.ok or read.op not in ("read", "list", "by_id", "final"):
@@ -356,9 +387,11 @@ class Checker:
             got = read.result.get("id")
             self.report.checked_reads += 1
             if read.op in ("read", "list", "final"):  # 1. stale read
-                i = bisect.bisect_right(ids, got) if got else 0
-                for p in by_id[i:]:
-                    if p.t1 >= read.t0 or deleted_between(p, read):
+                # the puts invoked after every delete that may lie before the read, and
+                # before the read began (a put acknowledged before it was invoked then)
+                first = bisect.bisect_left(t0s, since_delete(read))
+                for p in by_t0[first:bisect.bisect_left(t0s, read.t0)]:
+                    if p.t1 >= read.t0 or (got and p.args["id"] <= got):
                         continue
                     lag = read.t0 - p.t1
                     if self.exempt(p, read):
@@ -384,8 +417,9 @@ class Checker:
                                    f"{read.result.get('tasks')}", read.t0 - w.t1)
             stored = put_of.get(got)  # 4. deleted stays deleted
             if stored is not None and stored.ok:
-                for d in ok_deletes:
-                    if stored.t1 < d.t0 and d.t1 < read.t0 and not self.exempt(d, read):
+                for d in ok_deletes[bisect.bisect_right(ok_begun, stored.t1):
+                                    bisect.bisect_left(ok_begun, read.t0)]:
+                    if d.t1 < read.t0 and not self.exempt(d, read):
                         self.violation("deleted came back", read, f"returned {got}, "
                                        f"acknowledged before the delete by {d.proc} that "
                                        f"completed {read.t0 - d.t1:.3f} s before the read",
@@ -399,20 +433,40 @@ class Checker:
         acknowledged before the copy began counts as acknowledged on the target when the
         copy was."""
         out = []
-        for copy in self.ops:
-            if copy.op == "copy" and copy.ok and copy.args.get("target") == thread:
-                acked = [o for o in self.by_thread[copy.thread]
-                         if o.op == "put" and o.ok and o.t1 < copy.t0]
-                deleted = [o for o in self.by_thread[copy.thread]
-                           if o.op in ("delete", "prune") and o.may_have_happened]
-                acked = [p for p in acked if not any(d.t1 > p.t0 and d.t0 < copy.t1
-                                                     for d in deleted)]
-                if acked:
-                    newest = max(acked, key=lambda o: o.args["id"])
-                    out.append(Op(f"{copy.id}/copied", copy.proc, copy.pid, copy.worker, "put",
-                                  thread, dict(newest.args), copy.t0, copy.t1, "ok",
-                                  breaker=copy.breaker or newest.breaker))
+        for copy in self.copies.get(thread, []):
+            puts, begun = self.puts_by_t0(copy.thread)
+            begun_at, ended_by = self.removals(copy.thread)
+            # a put invoked before a delete or prune that began before the copy ended
+            # ended may be gone
+            since = ended_by[bisect.bisect_left(begun_at, copy.t1)]
+            acked = [p for p in puts[bisect.bisect_left(begun, since):
+                                     bisect.bisect_left(begun, copy.t0)]
+                     if p.ok and p.t1 < copy.t0 and not since > p.t0]
+            if acked:
+                newest = max(acked, key=lambda o: o.args["id"])
+                out.append(Op(f"{copy.id}/copied", copy.proc, copy.pid, copy.worker, "put",
+                              thread, dict(newest.args), copy.t0, copy.t1, "ok",
+                              breaker=copy.breaker or newest.breaker))
         return out
+
+    def removals(self, thread: str) -> tuple[list[float], list[float]]:
+        """The invocation times of the deletes and prunes of ``thread`` that may have
+        happened, in order, and the latest completion among the first n of them (kept)."""
+        if thread not in self._removals:
+            gone = sorted((o for o in self.by_thread[thread]
+                           if o.op in ("delete", "prune") and o.may_have_happened),
+                          key=lambda o: o.t0)
+            self._removals[thread] = ([o.t0 for o in gone], list(itertools.accumulate(
+                (o.t1 for o in gone), max, initial=-math.inf)))
+        return self._removals[thread]
+
+    def puts_by_t0(self, thread: str) -> tuple[list[Op], list[float]]:
+        """The puts on ``thread`` by invocation, and their invocation times (kept)."""
+        if thread not in self._puts_by_t0:
+            puts = sorted((o for o in self.by_thread[thread] if o.op == "put"),
+                          key=lambda o: o.t0)
+            self._puts_by_t0[thread] = (puts, [o.t0 for o in puts])
+        return self._puts_by_t0[thread]
 
     def check_forks(self, thread: str, ops: list[Op], puts: list[Op], put_of: dict[str, Op],
                     deletes: list[Op]) -> None:
