@@ -272,6 +272,8 @@ def test_a_released_batch_is_reclaimed_at_once(client: redis.Redis, layout: Layo
     assert run(client, shards.journal_release(layout, 0, GROUP, "drain", 60_000, ids)) == 2
     batch = run(client, shards.flush_read(layout, 0, consumer="flusher", **read))
     assert [e[0] for e in batch] == ids[1:]
+    client.delete(layout.journal(0))  # Redis emptied meanwhile: nothing is held
+    assert run(client, shards.journal_release(layout, 0, GROUP, "drain", 60_000, ids)) == 0
 
 
 def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,

@@ -9,7 +9,8 @@
 -- ARGV[3] reclaim    ms an entry stays idle before another flusher takes it
 -- ARGV[4..] ids...   the entries
 --
--- returns how many it released (an entry acknowledged meanwhile is not pending)
+-- returns how many it released (an entry acknowledged meanwhile is not pending; a journal
+-- emptied meanwhile holds none)
 local n = 0
 for i = 4, #ARGV, 100 do  -- a hundred at a time: unpack has a bounded stack
   local args = {KEYS[1], ARGV[1], ARGV[2], 0}
@@ -17,6 +18,8 @@ for i = 4, #ARGV, 100 do  -- a hundred at a time: unpack has a bounded stack
   args[#args + 1] = 'IDLE'
   args[#args + 1] = ARGV[3]
   args[#args + 1] = 'JUSTID'
-  n = n + #redis.call('XCLAIM', unpack(args))
+  local claimed = redis.pcall('XCLAIM', unpack(args))
+  if claimed['err'] then return n end  -- the journal or its group is gone: nothing held
+  n = n + #claimed
 end
 return n
