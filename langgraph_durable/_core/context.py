@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -27,6 +27,7 @@ from langgraph_durable._core.scripts.thread import HotRecord
 from langgraph_durable._core.seal import Codec, Seal
 from langgraph_durable._core.sql import Statements
 from langgraph_durable.config import SaverConfig, seconds
+from langgraph_durable.errors import TierUnavailableError
 
 
 class Breaker:
@@ -121,6 +122,19 @@ class Breaker:
         """In a child after ``fork()``: a new lock, and no probe (the parent's) in flight."""
         self._lock = threading.Lock()
         self._probing = False
+
+
+_TIER_NAMES = {"hot": "Redis (hot tier)", "cold": "Postgres (cold tier)"}
+
+
+def silent(tier: Literal["hot", "cold"], reason: Exception | None) -> TierUnavailableError:
+    """The error of a request not sent: the tier did not answer one a moment ago, and its
+    breaker has not let a request through since (``reason``: the failure that said so)."""
+    error = TierUnavailableError(
+        f"{_TIER_NAMES[tier]} did not answer a moment ago: {reason or 'no reply'}; asked "
+        "again after breaker_cooldown", tier=tier)
+    error.__cause__ = reason
+    return error
 
 
 class MarkClock:

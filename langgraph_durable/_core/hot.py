@@ -21,17 +21,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from langgraph_durable._core import journal
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
+from langgraph_durable._core.outage import hot_failed
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Op, Pause, Statement
 from langgraph_durable._core.scripts import shards, thread
 from langgraph_durable.config import mask_url, seconds
-from langgraph_durable.errors import DegradedWarning, SchemaVersionError, TierUnavailableError
+from langgraph_durable.errors import SchemaVersionError, TierUnavailableError
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -48,27 +48,6 @@ def try_hot(ctx: Context, request: Hot | HotBatch) -> Op[Any]:
         hot_failed(ctx, exc)
         return None
     return result
-
-
-def hot_failed(ctx: Context, exc: TierUnavailableError) -> None:
-    """Open the breaker after a Redis failure. The failure that starts an outage is said
-    once, at WARNING: where (the URL, password hidden), why, and what the saver does until
-    Redis answers (`recover_hot` says when it does). The saver's first outage is also a
-    `DegradedWarning`, which a program that configured no logging still shows."""
-    if not ctx.breaker.failure(exc):
-        return
-    if ctx.config.write_mode == "behind":
-        meanwhile = ("reads and writes of write-behind threads raise TierUnavailableError "
-                     "until it answers")
-    else:
-        meanwhile = "reads and writes go to Postgres alone until it answers; nothing is lost"
-    said = (f"Redis (hot tier) at {mask_url(ctx.config.redis_url)} cannot be reached "
-            f"({exc.__cause__ or exc}): {meanwhile}; retried every "
-            f"{ctx.breaker.cooldown:g} s")
-    logger.warning("%s", said)
-    if ctx.breaker.trips == 1:
-        warnings.warn(f"{said} (set redis_required=True to refuse to start without it)",
-                      DegradedWarning, stacklevel=2)
 
 
 def bypassed(thread_id: str) -> TierUnavailableError:
@@ -167,7 +146,7 @@ def _drop_request(
     return thread.drop_thread(keys, token, tombstone, ctx.ttl_ms, only_flushed=only_flushed)
 
 
-def apply_marks(ctx: Context) -> Op[int]:
+def apply_marks(ctx: Context, *, recovering: bool = False) -> Op[int]:
     """Drop the hot copy of every thread a write changed while it bypassed Redis, for the
     marks this Redis has not applied yet; returns how many threads were dropped.
 
@@ -205,7 +184,8 @@ def apply_marks(ctx: Context) -> Op[int]:
             keys = layout.thread(thread_id)
             if (yield _drop_request(ctx, keys, "", row["version"], only_flushed=True)) == -1:
                 # write-behind entries of the thread are on their way: they go first
-                yield from journal.flush(ctx, timeout=None, thread_ids=[thread_id])
+                yield from journal.flush(ctx, timeout=None, thread_ids=[thread_id],
+                                         recovering=recovering)
                 yield _drop_request(ctx, keys, "", row["version"], only_flushed=False)
             dropped += 1
         after = max(r["seq"] for r in rows)
@@ -245,7 +225,7 @@ def recover_hot(ctx: Context) -> Op[bool]:
     """
     try:
         yield journal.probe_request(ctx)
-        yield from apply_marks(ctx)
+        yield from apply_marks(ctx, recovering=True)
         ctx.marks.checked()
     except TierUnavailableError as exc:
         logger.debug("hot tier still unavailable: %s", exc)
@@ -384,7 +364,7 @@ def _drop_flushed(ctx: Context, drops: Sequence[tuple[ThreadKeys, int]], *,
     if waiting:
         yield from journal.flush(ctx, timeout=None,
                                  thread_ids=[keys.thread_id for keys, _ in waiting],
-                                 reclaim=reclaim)
+                                 reclaim=reclaim, recovering=True)
         yield HotBatch(tuple(_drop_request(ctx, keys, "", tomb, only_flushed=False)
                              for keys, tomb in waiting))
     return None

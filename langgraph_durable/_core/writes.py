@@ -28,7 +28,6 @@ from langgraph_durable._core.hot import (
     bypassed,
     commit,
     drop,
-    hot_failed,
     stale_marks,
     try_hot,
 )
@@ -42,6 +41,7 @@ from langgraph_durable._core.keys import (
     blob_field,
     write_field,
 )
+from langgraph_durable._core.outage import hot_failed
 from langgraph_durable._core.records import (
     Location,
     StoredCheckpoint,

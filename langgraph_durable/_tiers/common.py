@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from langgraph_durable._core.context import layout_of
+from langgraph_durable._core.context import layout_of, silent
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Hot
 from langgraph_durable.config import SaverConfig, mask_url, seconds
@@ -359,11 +359,7 @@ def cold_unavailable(exc: Exception) -> TierUnavailableError:
 def cold_silent(reason: Exception | None) -> TierUnavailableError:
     """The error of a Postgres request not sent: Postgres did not answer one a moment ago,
     and the breaker's cooldown has not passed (or another request is asking it)."""
-    error = TierUnavailableError(
-        f"Postgres (cold tier) did not answer a moment ago: {reason or 'no reply'}; asked "
-        "again after breaker_cooldown", tier="cold")
-    error.__cause__ = reason
-    return error
+    return silent("cold", reason)
 
 
 def cold_rejected(exc: psycopg.Error) -> WriteRejectedError:

@@ -34,7 +34,7 @@ import redis
 import redis.asyncio
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_durable._core import hot, inspection, journal, migrate, ops, reads
+from langgraph_durable._core import hot, inspection, journal, migrate, ops, outage, reads
 from langgraph_durable._core.context import Breaker, Context, MarkClock
 from langgraph_durable._core.journal import DeadLetter as DeadLetter  # `dead_letters`' type
 from langgraph_durable._core.ledger import OwnerGone
@@ -120,7 +120,7 @@ class Engine:
                         tiers.close()
                         raise
                     if failed is not None:
-                        hot.hot_failed(self.context, failed)
+                        outage.hot_failed(self.context, failed)
                     self._sync = tiers
         return self._sync
 
@@ -139,7 +139,7 @@ class Engine:
                 await fresh.close()
                 raise
             if failed is not None:
-                hot.hot_failed(self.context, failed)
+                outage.hot_failed(self.context, failed)
             closer = self._closer(fresh)
             entry = self._aio.setdefault(loop, (fresh, closer))  # two first calls may race
             await closer.__anext__()  # now the loop knows it; the loser's closes at once

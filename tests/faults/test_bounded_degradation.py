@@ -123,6 +123,40 @@ def test_a_frozen_redis_costs_each_call_at_most_the_tier_timeout(
             assert _unavailable(outcome, "hot"), (name, outcome)
 
 
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_changes_to_whole_threads_after_redis_froze_fail_at_once(
+    namespace: tuple[str, str], write_mode: str, tmp_path: Path
+) -> None:
+    """Written behind, a delete, a copy, a prune and `flush()` drain the journal, which
+    only Redis holds. The first call to meet a frozen Redis waits tier_timeout; the calls
+    after it raise TierUnavailableError(tier="hot") at once, as reads and writes do (before:
+    each drain asked Redis again and waited tier_timeout)."""
+    with private_redis(tmp_path) as server:
+        saver, _, existing = _hot_thread(namespace, write_mode, server.url, POSTGRES_URL)
+        thread = existing["configurable"]["thread_id"]
+        server.freeze()
+        try:
+            times = {"first": _timed(lambda: saver.delete_thread(thread))}
+            times |= {
+                "delete": _timed(lambda: saver.delete_thread(thread)),
+                "copy": _timed(lambda: saver.copy_thread(thread, f"copy-{uuid.uuid4()}")),
+                "prune": _timed(lambda: saver.prune([thread])),
+                "flush": _timed(lambda: saver.flush()),
+            }
+        finally:
+            server.thaw()
+        try:  # Redis answers again: a call starts the breaker's probe, which closes it
+            deadline = time.monotonic() + BOUND + MARGIN
+            while _unavailable(_timed(lambda: saver.delete_thread(thread))[1], "hot"):
+                assert time.monotonic() < deadline, "the breaker stayed open"
+                time.sleep(0.1)
+        finally:
+            saver.close()
+    assert all(_unavailable(outcome, "hot") for _, outcome in times.values()), times
+    _within({"first": times.pop("first")}, BOUND + MARGIN)
+    _within(times, 0.5)
+
+
 def test_a_frozen_postgres_costs_each_call_at_most_the_tier_timeout(
     namespace: tuple[str, str], write_mode: str, proxy: Proxy
 ) -> None:
@@ -248,6 +282,39 @@ def test_a_drain_cut_short_by_a_frozen_postgres_holds_up_no_later_call(
     _within({"first": first, "again": again}, BOUND + MARGIN)
     assert _unavailable(first[1], "cold") and _unavailable(again[1], "cold")
     assert after[1] is None and after[0] < 3.0, f"the delete took {after[0]:.1f} s"
+
+
+def test_a_batch_whose_flusher_lost_postgres_holds_up_no_drain_of_another_process(
+    namespace: tuple[str, str], proxy: Proxy
+) -> None:
+    """Written behind, the flusher of a saver whose Postgres link froze takes a batch and
+    fails to commit it within tier_timeout; it releases the batch, so another process's
+    delete of the thread, which must drain it first, takes it over at once (before: the
+    batch stayed with the failing flusher until it sat idle for reclaim_after, 10 s)."""
+    schema, prefix = namespace
+    cut_off = DurableSaver(REDIS_URL, proxy.url(POSTGRES_DATABASE), schema=schema,
+                           key_prefix=prefix, write_mode="behind", tier_timeout=1.0,
+                           flush_interval=0.05)
+    other = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                         write_mode="behind", background_flush=False)
+    other.setup()
+    thread = f"held-{uuid.uuid4()}"
+    try:
+        put_value(cut_off, thread, "v1")  # a new thread's root goes through Postgres
+        cut_off.flush()
+        proxy.freeze()
+        try:
+            put_value(cut_off, thread, "v2")  # acknowledged by Redis; its flusher takes it
+            time.sleep(0.2)
+            took, outcome = _timed(lambda: other.delete_thread(thread))
+        finally:
+            proxy.thaw()
+        assert outcome is None, outcome
+        assert value_of(other, config_of(thread)) is None
+    finally:
+        cut_off.close()
+        other.close()
+    assert took < 1.0 + MARGIN, f"the delete took {took:.1f} s"
 
 
 @pytest.mark.parametrize("write_mode", ["behind"])

@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from langgraph_durable._core.codec import FrameError
-from langgraph_durable._core.context import Context
+from langgraph_durable._core.context import Context, silent
 from langgraph_durable._core.journal.entries import GROUP, Entry, genuine, stream_order
 from langgraph_durable._core.journal.policy import plan
 from langgraph_durable._core.journal.state import each_shard, leave_requests, shard_states
+from langgraph_durable._core.outage import hot_failed
 from langgraph_durable._core.requests import Cold, Op, Pause
 from langgraph_durable._core.scripts import shards as shard_calls
 from langgraph_durable._core.sql.flush import ANSWERS_SQL
@@ -71,13 +72,35 @@ def _commit(ctx: Context, entries: list[Entry], rejected: Rejected) -> Op[list[d
         return first + (yield from _commit(ctx, entries[half:], rejected))
 
 
+def _breaker_guarded(ctx: Context, op: Op[int], *, recovering: bool = False) -> Op[int]:
+    """Run a flush through the hot breaker: while it is open (Redis did not answer a moment
+    ago) the flush raises at once, as every other request that needs Redis does, instead
+    of waiting tier_timeout again; a Redis failure opens it for the whole saver (before:
+    each drain of a write-behind delete, copy or prune waited tier_timeout anew).
+    ``recovering``: the probe that is to close it (`hot.recover_hot`) or the check of a
+    restarted Redis (`hot.check_redis`), which drain whatever the breaker says."""
+    if not (recovering or ctx.breaker.allows()):
+        op.close()
+        raise silent("hot", ctx.breaker.reason)
+    try:
+        return (yield from op)
+    except TierUnavailableError as exc:
+        if exc.tier == "hot":
+            hot_failed(ctx, exc)
+        raise
+
+
 def flush_batch(ctx: Context, consumer: str | None = None, *, shard: int | None = None) -> Op[int]:
     """Move one batch of journal entries to Postgres; returns how many it took off the
     journal (entries Postgres rejected, now dead letters, included). ``consumer`` names
     the flusher in the group (default: this process's background flusher). ``shard``: the
     journal to take it from; default: the next shard, in turn, that holds entries (0 when
     none has any). Acknowledgements that could not be sent since a batch committed go
-    first."""
+    first. Through the hot breaker (`_breaker_guarded`)."""
+    return (yield from _breaker_guarded(ctx, _flush_batch(ctx, consumer, shard)))
+
+
+def _flush_batch(ctx: Context, consumer: str | None, shard: int | None) -> Op[int]:
     yield from _acknowledge_late(ctx)
     if shard is not None or ctx.layout.shards == 1:
         return (yield from _flush_shard(ctx, consumer, shard or 0))
@@ -139,10 +162,14 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int,
     try:
         versions = yield from _commit(ctx, good, rejected)
     except TierUnavailableError:
-        if consumer is not None:  # a drain's, which reads no more: the next may take them
-            with contextlib.suppress(TierUnavailableError):  # else reclaimed once idle
-                yield shard_calls.journal_release(layout, shard, GROUP, consumer, reclaim_ms,
-                                                  [e.id for e in entries])
+        # Released, the batch goes to the next flusher or drain that reads the shard, at
+        # once: a drain reads no more, and a flusher backs off (its Postgres link may be
+        # the one cut); held, it would hold every drain of the shard up until it sat idle
+        # for reclaim_after. Unreleased (Redis out of reach too), it is reclaimed then.
+        with contextlib.suppress(TierUnavailableError):
+            yield shard_calls.journal_release(layout, shard, GROUP, consumer or ctx.consumer,
+                                              max(reclaim_ms, reclaim_after_ms),
+                                              [e.id for e in entries])
         raise
     acked: list[str | bytes | int] = []
     for e in entries:
@@ -180,7 +207,7 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int,
 
 
 def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None = None, *,
-          reclaim: float | None = None) -> Op[int]:
+          reclaim: float | None = None, recovering: bool = False) -> Op[int]:
     """Drain until every entry present when called is in Postgres (or, rejected by it, in
     the dead letters); returns entries moved. With ``thread_ids``, only the shards that
     hold those threads' entries are drained. ``reclaim``: how long (seconds) entries
@@ -191,7 +218,15 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
     idle), so the promise holds whoever moved them. It reads as a consumer of its own, so
     it never takes over a batch this process's background flusher is committing (that
     flusher's late commit could otherwise land after a delete that this drain let pass).
+
+    Through the hot breaker (`_breaker_guarded`, which says what ``recovering`` is for).
     """
+    return (yield from _breaker_guarded(ctx, _drain(ctx, timeout, thread_ids, reclaim),
+                                        recovering=recovering))
+
+
+def _drain(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None,
+           reclaim: float | None) -> Op[int]:
     yield from _acknowledge_late(ctx)
     layout = ctx.layout
     shards = sorted(
