@@ -6,7 +6,9 @@ id stays usable: a new run on it starts afresh."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Generator
 from typing import Any
 
 import psycopg
@@ -16,8 +18,17 @@ from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_durable import DurableSaver, ThreadConflictError
+from langgraph_durable._core.journal import flushing
+from langgraph_durable._core.journal.entries import GROUP, Entry, genuine
 from langgraph_durable._core.keys import Layout
-from tests.support.checkpoints import put_value, value_put_args, wait_for_row_lock
+from langgraph_durable._core.scripts import shards
+from tests.support.checkpoints import (
+    config_of,
+    put_after,
+    put_value,
+    value_put_args,
+    wait_for_row_lock,
+)
 from tests.support.cli_runner import cli_for
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
@@ -186,3 +197,34 @@ def test_a_write_that_waits_for_a_delete_in_progress_is_refused_when_it_commits(
     assert isinstance(error, ThreadConflictError) and error.deleted, error
     stored = _stored(schema, namespace[1], thread)
     assert {t: stored[t] for t in TABLES} == dict.fromkeys(TABLES, 0)
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_a_batch_committed_after_its_thread_was_deleted_brings_nothing_back(
+    make_saver: type[DurableSaver], namespace: tuple[str, str], write_mode: str
+) -> None:
+    """Written behind, a flusher takes a batch of the thread's entries and stalls (a paused
+    process) past reclaim_after; a delete's drain takes the batch over, commits it, and the
+    delete goes on. When the stalled flusher wakes and commits the batch, the deleted
+    thread stays deleted: no checkpoint, blob or head of it comes back (before: the thread
+    read back at its last checkpoint)."""
+    schema, prefix = namespace
+    saver = make_saver(reclaim_after=0.5, background_flush=False)
+    thread = f"late-batch-{uuid.uuid4()}"
+    first = put_value(saver, thread, "one")
+    put_after(saver, first, "two")
+    ctx = saver.engine.context
+
+    def take_batch() -> Generator[Any, Any, list[Entry]]:
+        raw = yield shards.flush_read(ctx.layout, 0, group=GROUP, consumer="stalled",
+                                      count=100, reclaim=60_000, cap=1 << 25, forget=0)
+        return [genuine(ctx, r) for r in raw]
+
+    batch = saver.engine.run(take_batch())
+    assert batch, "the thread's entries wait in the journal"
+    time.sleep(0.6)  # idle past reclaim_after: the delete's drain takes them over
+    saver.delete_thread(thread)
+    saver.engine.run(flushing._commit(ctx, batch, []))  # the stalled flusher wakes
+
+    assert saver.get_tuple(config_of(thread)) is None
+    assert _stored(schema, prefix, thread) == dict.fromkeys((*TABLES, "redis"), 0)

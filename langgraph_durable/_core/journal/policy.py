@@ -15,7 +15,8 @@ class _Batch:
     """Rows of one flush transaction, deduplicated by primary key as Postgres requires."""
 
     def __init__(self) -> None:
-        self.blobs: dict[tuple[str, str, str, str], bytes] = {}
+        # (thread, namespace, channel, version) -> (blob, the checkpoint it came with)
+        self.blobs: dict[tuple[str, str, str, str], tuple[bytes, str]] = {}
         self.checkpoints: dict[tuple[str, str, str], list[Any]] = {}
         self.writes: dict[tuple[str, str, str, str, int], list[Any]] = {}
         self.special: dict[tuple[str, str, str, str, int], list[Any]] = {}
@@ -25,14 +26,14 @@ class _Batch:
     def add_checkpoint(self, e: Entry) -> None:
         _, t, ns, cid, parent, run_id, frame, versions, metadata, blobs = e.body
         for channel, version, blob in blobs:
-            self.blobs.setdefault((t, ns, channel, version), blob)
+            self.blobs.setdefault((t, ns, channel, version), (blob, cid))
         self.checkpoints[(t, ns, cid)] = [t, ns, cid, parent, run_id, frame, versions, metadata]
         self.heads[(t, ns)] = max(self.heads.get((t, ns), ""), cid)
 
     def add_blobs_only(self, e: Entry) -> None:
-        _, t, ns, _, _, _, _, _, _, blobs = e.body
+        _, t, ns, cid, _, _, _, _, _, blobs = e.body
         for channel, version, blob in blobs:
-            self.blobs.setdefault((t, ns, channel, version), blob)
+            self.blobs.setdefault((t, ns, channel, version), (blob, cid))
 
     def add_writes(self, e: Entry) -> None:
         _, t, ns, cid, writes = e.body
@@ -49,7 +50,7 @@ class _Batch:
         st = ctx.statements
         out = []
         if self.blobs:
-            keys, frames = list(self.blobs), list(self.blobs.values())
+            keys, rows = list(self.blobs), list(self.blobs.values())
             out.append(
                 Statement(
                     st.flush_blobs_sql,
@@ -58,7 +59,8 @@ class _Batch:
                         "namespaces": [k[1] for k in keys],
                         "channels": [k[2] for k in keys],
                         "versions": [k[3] for k in keys],
-                        "blobs": frames,
+                        "blobs": [r[0] for r in rows],
+                        "checkpoint_ids": [r[1] for r in rows],
                     },
                 )
             )

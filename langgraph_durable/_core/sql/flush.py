@@ -12,11 +12,25 @@ ANSWERS_SQL = sql.SQL("SELECT 1")
 
 # Write-behind flush: one statement per table for a whole batch, in one transaction.
 # Each takes aligned arrays, one element per row; a batch holds each key at most once.
-# %(thread_ids)s %(namespaces)s %(channels)s %(versions)s %(blobs)s
+#
+# Rows of a deleted history are left out: a checkpoint no newer than the newest one the
+# thread's last delete removed (`lgd_deleted.through`; checkpoint ids grow with time), and
+# the blobs and head that came with it. A delete drains the journal first, so such rows
+# come from a batch whose flusher stalled (a paused process) past `reclaim_after` while a
+# drain took its entries over, committed them and let the delete pass: committed late,
+# they would bring the deleted thread back.
+_OF_DELETED = """EXISTS (
+    SELECT 1 FROM {schema}.lgd_deleted d WHERE d.thread_id = x.t AND {checkpoint} <= d.through)"""
+
+# %(thread_ids)s %(namespaces)s %(channels)s %(versions)s %(blobs)s %(checkpoint_ids)s (the
+# checkpoint each blob came with)
 FLUSH_BLOBS_SQL = """
 INSERT INTO {schema}.lgd_blobs (thread_id, checkpoint_ns, channel, version, blob)
-SELECT * FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(channels)b::text[],
-                     %(versions)b::text[], %(blobs)b::bytea[])
+SELECT x.t, x.n, x.channel, x.version, x.blob
+FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(channels)b::text[],
+            %(versions)b::text[], %(blobs)b::bytea[], %(checkpoint_ids)b::text[])
+    AS x(t, n, channel, version, blob, c)
+WHERE NOT """ + _OF_DELETED.replace("{checkpoint}", "x.c") + """
 ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 """
 
@@ -30,6 +44,7 @@ SELECT x.t, x.n, x.i, x.p, x.r, x.c, x.v::jsonb, x.m::jsonb
 FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(checkpoint_ids)b::text[],
             %(parent_ids)b::text[], %(run_ids)b::text[], %(checkpoints)b::bytea[],
             %(channel_versions)b::text[], %(metadata)b::text[]) AS x(t, n, i, p, r, c, v, m)
+WHERE NOT """ + _OF_DELETED.replace("{checkpoint}", "x.i") + """
 """
     + CHECKPOINT_CONFLICT
 )
@@ -45,8 +60,9 @@ SELECT x.t, x.n, x.head, """
     + """
 FROM unnest(%(thread_ids)b::text[], %(namespaces)b::text[], %(heads)b::text[]) AS x(t, n, head)
 -- a namespace of writes alone gets a row only if some were stored (see _FLUSH_WRITES)
-WHERE x.head IS NOT NULL OR EXISTS (
+WHERE CASE WHEN x.head IS NULL THEN EXISTS (
     SELECT 1 FROM {schema}.lgd_writes w WHERE w.thread_id = x.t AND w.checkpoint_ns = x.n)
+    ELSE NOT """ + _OF_DELETED.replace("{checkpoint}", "x.head") + """ END
 ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
     head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
 RETURNING h.thread_id, h.checkpoint_ns, h.version
