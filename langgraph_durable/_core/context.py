@@ -442,6 +442,10 @@ class Context:
     # acknowledgements of flush batches that committed while Redis was out of reach, sent
     # again before the next batch (`journal.flush_batch`)
     unacknowledged: deque[Hot] = field(default_factory=deque)
+    # drains (their consumer, the shards they read) that Redis failed: a read of theirs it
+    # ran after they gave up on its reply holds entries nobody reads; released before the
+    # next batch or drain (`journal.flushing`)
+    abandoned: deque[tuple[str, tuple[int, ...]]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.layout = layout_of(self.config, cluster=self.config.redis_cluster is True)
@@ -457,6 +461,7 @@ class Context:
         self.cache.forked()
         self.lineage.forked()
         self.unacknowledged = deque()  # the parent's to send
+        self.abandoned = deque()
 
     @property
     def codec(self) -> Codec:

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 from langgraph_durable import DurableSaver, TierUnavailableError
+from langgraph_durable._core.scripts.registry import SCRIPTS
+from langgraph_durable._core.writes import delete_threads
 from tests.support.checkpoints import config_of, put_after, put_value, value_of
-from tests.support.faults import PrivateRedis, Proxy, cli, private_redis
+from tests.support.faults import PrivateRedis, Proxy, cli, lose_reply, private_redis
 from tests.support.graphs import chat_graph
 from tests.support.servers import (
     POSTGRES_DATABASE,
@@ -282,6 +284,37 @@ def test_a_drain_cut_short_by_a_frozen_postgres_holds_up_no_later_call(
     _within({"first": first, "again": again}, BOUND + MARGIN)
     assert _unavailable(first[1], "cold") and _unavailable(again[1], "cold")
     assert after[1] is None and after[0] < 3.0, f"the delete took {after[0]:.1f} s"
+
+
+@pytest.mark.parametrize("write_mode", ["behind"])
+def test_a_drain_whose_read_redis_ran_unheard_holds_up_no_later_drain(
+    namespace: tuple[str, str], write_mode: str
+) -> None:
+    """Written behind, a delete's drain reads a batch whose reply never reaches it (Redis
+    froze, and ran the read once it thawed): Redis hands the entries to a drain that is
+    gone. The saver's next drain releases them first, and takes a moment (before: it
+    waited until they sat idle for reclaim_after, 10 s)."""
+    schema, prefix = namespace
+    saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                         write_mode=write_mode, breaker_cooldown=0.2,
+                         background_flush=False)  # type: ignore[arg-type]
+    saver.setup()
+    thread = f"unheard-{uuid.uuid4()}"
+    try:
+        put_after(saver, put_value(saver, thread, "v1"), "v2")  # v2 waits in the journal
+        ctx = saver.engine.context
+        with pytest.raises(TierUnavailableError):
+            saver.engine.run(lose_reply(
+                delete_threads(ctx, [thread]),
+                lambda request: getattr(request, "script", None) is SCRIPTS["flush_read"],
+                tier="hot"))
+        time.sleep(0.3)  # past breaker_cooldown: the next call's probe finds Redis back
+        took, outcome = _timed(lambda: saver.delete_thread(thread))
+        assert outcome is None, outcome
+        assert value_of(saver, config_of(thread)) is None
+    finally:
+        saver.close()
+    assert took < 2.0, f"the delete took {took:.1f} s"
 
 
 def test_a_batch_whose_flusher_lost_postgres_holds_up_no_drain_of_another_process(

@@ -276,6 +276,28 @@ def test_a_released_batch_is_reclaimed_at_once(client: redis.Redis, layout: Layo
     assert run(client, shards.journal_release(layout, 0, GROUP, "drain", 60_000, ids)) == 0
 
 
+def test_a_release_without_ids_releases_every_entry_the_drain_holds(
+    client: redis.Redis, layout: Layout
+) -> None:
+    """A drain that gave up on its read's reply may hold entries it never saw: released
+    with no ids, every entry it holds is the next flusher's batch at once; another
+    consumer's stay its own."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    run(client, thread.known_empty(keys, "", missed.ticket))
+    for cid in ("c1", "c2", "c3"):
+        run(client, _put_behind(keys, layout, cid))
+    read = {"group": GROUP, "reclaim": 60_000, "cap": 1 << 20, "forget": 0}
+    mine = [e[0] for e in run(client, shards.flush_read(layout, 0, consumer="other",
+                                                        count=1, **read))]
+    held = [e[0] for e in run(client, shards.flush_read(layout, 0, consumer="drain",
+                                                        count=10, **read))]
+    assert run(client, shards.journal_release(layout, 0, GROUP, "drain", 60_000, [])) == 2
+    batch = run(client, shards.flush_read(layout, 0, consumer="flusher", count=10, **read))
+    assert [e[0] for e in batch] == held and mine[0] not in held
+    assert run(client, shards.journal_release(layout, 0, GROUP, "gone", 60_000, [])) == 0
+
+
 def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
                                                       layout: Layout) -> None:
     """A call's keys and its registry's members that hold another type than the scripts

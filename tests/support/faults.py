@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
 
@@ -258,11 +258,13 @@ def cli(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     return result.exit_code, result.stdout + result.stderr
 
 
-def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool],
-               ) -> Generator[Any, Any, T]:
+def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool], *,
+               tier: Literal["hot", "cold"] = "cold") -> Generator[Any, Any, T]:
     """``op``, except that the first request for which ``lost(request)`` holds runs and then
-    has its reply replaced by ``TierUnavailableError`` — the simulation's "lost" fault
-    (`tests/support/sim/scheduler.py`): the server applied the request, the caller never heard."""
+    has its reply replaced by ``TierUnavailableError`` of ``tier`` — the simulation's "lost"
+    fault (`tests/support/sim/scheduler.py`): the server applied the request, the caller
+    never heard (a Redis that froze and ran it once it thawed, a Postgres whose reply was
+    lost)."""
     request = next(op)
     armed = True
     while True:
@@ -277,7 +279,7 @@ def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool],
         try:
             if armed and lost(request):
                 armed = False
-                request = op.throw(TierUnavailableError("injected lost reply", tier="cold"))
+                request = op.throw(TierUnavailableError("injected lost reply", tier=tier))
             else:
                 request = op.send(reply)
         except StopIteration as stop:

@@ -13,7 +13,6 @@ on to Postgres. An entry that cannot even be decoded goes there too.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import time
@@ -102,6 +101,7 @@ def flush_batch(ctx: Context, consumer: str | None = None, *, shard: int | None 
 
 def _flush_batch(ctx: Context, consumer: str | None, shard: int | None) -> Op[int]:
     yield from _acknowledge_late(ctx)
+    yield from _release_abandoned(ctx)
     if shard is not None or ctx.layout.shards == 1:
         return (yield from _flush_shard(ctx, consumer, shard or 0))
     states = yield from shard_states(ctx, range(ctx.layout.shards))
@@ -115,6 +115,26 @@ def _flush_batch(ctx: Context, consumer: str | None, shard: int | None) -> Op[in
             ctx.flush_cursor = k + 1  # the next batch starts at the next shard: fair
             return moved
     return 0
+
+
+def _release_abandoned(ctx: Context) -> Op[None]:
+    """Release every entry that drains Redis failed hold (`Context.abandoned`): a drain
+    whose read timed out in a frozen Redis is gone, but Redis runs the read when it thaws
+    and hands the drain entries; left so, they would hold every drain of their shard up
+    until they sat idle for reclaim_after."""
+    reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
+    while ctx.abandoned:
+        try:
+            consumer, shards = ctx.abandoned.popleft()
+        except IndexError:
+            return None
+        try:
+            for k in shards:
+                yield shard_calls.journal_release(ctx.layout, k, GROUP, consumer, reclaim_ms, [])
+        except TierUnavailableError:
+            ctx.abandoned.appendleft((consumer, shards))
+            raise
+    return None
 
 
 def _acknowledge_late(ctx: Context) -> Op[None]:
@@ -166,10 +186,13 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int,
         # once: a drain reads no more, and a flusher backs off (its Postgres link may be
         # the one cut); held, it would hold every drain of the shard up until it sat idle
         # for reclaim_after. Unreleased (Redis out of reach too), it is reclaimed then.
-        with contextlib.suppress(TierUnavailableError):
+        try:
             yield shard_calls.journal_release(layout, shard, GROUP, consumer or ctx.consumer,
                                               max(reclaim_ms, reclaim_after_ms),
                                               [e.id for e in entries])
+        except TierUnavailableError:  # a flusher reads its own again; a drain does not
+            if consumer is not None:
+                ctx.abandoned.append((consumer, (shard,)))
         raise
     acked: list[str | bytes | int] = []
     for e in entries:
@@ -228,6 +251,7 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
 def _drain(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None,
            reclaim: float | None) -> Op[int]:
     yield from _acknowledge_late(ctx)
+    yield from _release_abandoned(ctx)
     layout = ctx.layout
     shards = sorted(
         range(layout.shards) if thread_ids is None else {layout.shard(t) for t in thread_ids}
@@ -237,6 +261,17 @@ def _drain(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None
     if not targets:
         return 0
     consumer = f"{ctx.consumer}:{secrets.token_hex(4)}"
+    try:
+        return (yield from _drain_rounds(ctx, consumer, targets, timeout, reclaim))
+    except TierUnavailableError as exc:
+        if exc.tier == "hot":  # a read Redis runs once it answers again hands it entries
+            ctx.abandoned.append((consumer, tuple(targets)))
+        raise
+
+
+def _drain_rounds(ctx: Context, consumer: str, targets: dict[int, str],
+                  timeout: float | None, reclaim: float | None) -> Op[int]:
+    """`flush` as ``consumer``, until each shard's entries up to ``targets`` moved."""
     moved, started = 0, time.monotonic()
     left = sorted(targets)
     seen, still_since = None, started  # the shards' oldest entries, unmoved since then

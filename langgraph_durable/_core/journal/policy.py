@@ -50,7 +50,7 @@ class _Batch:
         st = ctx.statements
         out = []
         if self.blobs:
-            keys, rows = list(self.blobs), list(self.blobs.values())
+            keys, stored = list(self.blobs), list(self.blobs.values())
             out.append(
                 Statement(
                     st.flush_blobs_sql,
@@ -59,8 +59,8 @@ class _Batch:
                         "namespaces": [k[1] for k in keys],
                         "channels": [k[2] for k in keys],
                         "versions": [k[3] for k in keys],
-                        "blobs": [r[0] for r in rows],
-                        "checkpoint_ids": [r[1] for r in rows],
+                        "blobs": [b for b, _ in stored],
+                        "checkpoint_ids": [c for _, c in stored],
                     },
                 )
             )

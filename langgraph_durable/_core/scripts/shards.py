@@ -50,8 +50,8 @@ def journal_leave(layout: Layout, shard: int, group: str, consumer: str) -> Hot:
 
 def journal_release(layout: Layout, shard: int, group: str, consumer: str, reclaim: int,
                     ids: Sequence[Arg]) -> Hot:
-    """Make the entries ``ids`` that ``consumer`` holds reclaimable at once (idle for
-    ``reclaim`` ms)."""
+    """Make the entries ``ids`` that ``consumer`` holds (none: all it holds) reclaimable
+    at once (idle for ``reclaim`` ms)."""
     return SCRIPTS["journal_release"].call(journal=layout.journal(shard), group=group,
                                            consumer=consumer, reclaim=reclaim, ids=ids)
 
