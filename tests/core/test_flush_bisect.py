@@ -38,12 +38,16 @@ class ScriptedTiers(sync.Tiers):
         self.transactions = 0
         self.committed: set[str] = set()
         self.ack: list[Any] | None = None
+        self.released: list[Any] | None = None
         self.learn = told(_ctx().config)
 
     def execute(self, request: Any, effects: Effects, built: Layout) -> Any:
         if isinstance(request, Hot):
             if request.script.name == "flush_read":
                 return self.raw
+            if request.script.name == "journal_release":
+                self.released = list(request.args)
+                return len(self.released) - 3
             self.ack = list(request.args)
             return 1
         assert isinstance(request, Cold)
@@ -92,13 +96,15 @@ def test_one_rejected_entry_of_256_is_isolated_in_log_steps(position: int) -> No
 
 def test_an_outage_is_not_split_and_acknowledges_nothing() -> None:
     """A connection failure is an outage, not a rejection: the batch is tried once, the
-    error reaches the caller, and no entry is acknowledged (they stay pending)."""
+    error reaches the caller, and no entry is acknowledged: they stay pending, released
+    for the next flusher or drain to take at once."""
     threads = [f"t{i}" for i in range(8)]
     tiers = ScriptedTiers(_raw(threads), threads[3],
                           TierUnavailableError("Postgres (cold tier) is unavailable", tier="cold"))
     with pytest.raises(TierUnavailableError):
         tiers.run(journal.flush_batch(_ctx()), no_effects)
     assert tiers.transactions == 1 and tiers.ack is None
+    assert tiers.released is not None and tiers.released[3:] == [f"{1000 + i}-0" for i in range(8)]
 
 
 def test_an_undecodable_entry_is_rejected_without_a_transaction_of_its_own() -> None:

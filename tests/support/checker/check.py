@@ -93,9 +93,7 @@ other waits for the lease to end, paused, for as long as it is paused: a call wi
 `LATENCY_BOUND` of a Redis restart has that much longer when another process was killed
 or paused since."""
 FREEZES = ("redis_freeze", "pg_freeze")
-"""Tiers that stop answering: each costs a call that meets it at most ``tier_timeout``,
-so a call that meets one freeze after another (the first thawed while it went on) has
-that much longer for each one after the first."""
+"""Each costs a call at most ``tier_timeout``: a call that meets more has that much more."""
 RAW_ERRORS = ("ResponseError", "WRONGTYPE", "DataError", "InterfaceError")
 """Driver errors no call may end with: the saver turns what a tier answers into its own
 errors (a key of another type is a damaged copy, a dead server a `TierUnavailableError`)."""
@@ -330,8 +328,8 @@ class Checker:
             during = sorted({f.kind for f in near if f.t1 >= op.t0 and f.kind != "pause"})
             for kind in during or ["none"]:
                 longest[kind] = max(longest.get(kind, 0.0), took)
-            bound = LATENCY_BOUND + TIER_TIMEOUT * max(0, sum(
-                f.kind in FREEZES and f.t0 < op.t1 and f.t1 > op.t0 for f in near) - 1)
+            met = sum(f.kind in FREEZES and f.t0 < op.t1 and f.t1 > op.t0 for f in near)
+            bound = LATENCY_BOUND + TIER_TIMEOUT * max(0, met - 1)
             restarted = [f.t0 for f in near
                          if f.kind in RESTARTS and op.t0 <= f.t1 + LATENCY_BOUND]
             if restarted:  # every call waits for one process's check of the new Redis
