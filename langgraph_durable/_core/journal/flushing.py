@@ -3,7 +3,9 @@
 A flusher takes a batch through a consumer group, writes it to Postgres in one transaction
 of idempotent upserts, and only then acknowledges and deletes the entries. A flusher that
 dies mid-batch leaves its entries pending; another claims them once they sat idle for
-``reclaim_after``.
+``reclaim_after``. One whose commit fails releases them, so another takes them at once
+(its own Postgres link may be the one lost), and so does the next drain for entries Redis
+handed a drain that had given up on its read (`_release_abandoned`).
 
 A batch Postgres rejects for what it holds (`WriteRejectedError`: a value or a key it
 cannot store) is split in halves until the entry at fault is alone; that entry moves to
