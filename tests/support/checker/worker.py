@@ -46,6 +46,7 @@ from langgraph_durable._core.lineage import RUN_KEY
 BREAKER_COOLDOWN = 0.2
 STALE_POLL_INTERVAL = 1.0  # the default; the checker's bound is derived from it
 POOL_TIMEOUT = 3.0
+RETRY_AFTER = 0.05  # seconds a worker waits after a call failed on an unavailable tier
 
 # How often each kind of thread picks each operation (weights).
 ROLES: dict[str, dict[str, int]] = {
@@ -173,6 +174,7 @@ class Worker:
         except Exception as exc:
             self.history.complete(op_id, "info", error=f"{type(exc).__name__}: {exc}"[:300],
                                   breaker=open_before or breaker.is_open)
+            time.sleep(RETRY_AFTER)  # as an agent would before it tries again
             return False, None
         result = summary(value) if op in ("read", "by_id") else {}
         if op == "list":
