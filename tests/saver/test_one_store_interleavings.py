@@ -9,6 +9,7 @@ in for separate processes."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -162,8 +163,10 @@ def test_a_flush_whose_acknowledgement_was_lost_is_acknowledged_before_the_next(
     v1 from Postgres and is slow to warm; the flusher commits v2, but Redis cannot be
     reached for its acknowledgement, and the reader's warm of v1 lands. The next flush
     sends that acknowledgement first: Redis learns v2's version and drops the copy the
-    warm left, so every process reads v2 and Redis agrees with Postgres."""
-    flusher = make_saver(write_mode="behind", background_flush=False)
+    warm left, so every process reads v2 and Redis agrees with Postgres. (The lost
+    acknowledgement opened the flusher's breaker: the next flush runs once its probe found
+    Redis back.)"""
+    flusher = make_saver(write_mode="behind", background_flush=False, breaker_cooldown=0.1)
     reader = make_saver(write_mode="behind", background_flush=False)
     thread = f"t-{uuid.uuid4()}"
     (first,) = put_line(flusher, thread, ["v1"])
@@ -182,7 +185,14 @@ def test_a_flush_whose_acknowledgement_was_lost_is_acknowledged_before_the_next(
     with pytest.raises(TierUnavailableError):
         batch.op.throw(TierUnavailableError("Redis out of reach", tier="hot"))
     read.finish()  # v1 lands in Redis
-    flusher.flush()
+    deadline = time.monotonic() + 5.0
+    while True:  # a call past breaker_cooldown starts the probe that finds Redis back
+        try:
+            flusher.flush()
+            break
+        except TierUnavailableError:
+            assert time.monotonic() < deadline, "the flusher's breaker stayed open"
+            time.sleep(0.05)
     for process in (flusher, reader, make_saver(write_mode="behind")):
         assert value_of(process, config_of(thread)) == "v2"
 
