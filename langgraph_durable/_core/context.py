@@ -439,13 +439,11 @@ class Context:
     # a cluster (`redis_cluster=None`: asked when the clients open)
     layout: Layout = field(default_factory=lambda: Layout("lgd"))
     flush_cursor: int = 0  # the shard this process's next flush batch is looked for first
-    # acknowledgements of flush batches that committed while Redis was out of reach, sent
-    # again before the next batch (`journal.flush_batch`)
+    # journal requests Redis must still hear, sent before the next batch or drain
+    # (`journal.flushing`): acknowledgements of batches that committed while Redis was out
+    # of reach, and releases of entries a drain Redis failed may hold (a read of its that
+    # Redis ran after the drain gave up on the reply)
     unacknowledged: deque[Hot] = field(default_factory=deque)
-    # drains (their consumer, the shards they read) that Redis failed: a read of theirs it
-    # ran after they gave up on its reply holds entries nobody reads; released before the
-    # next batch or drain (`journal.flushing`)
-    abandoned: deque[tuple[str, tuple[int, ...]]] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.layout = layout_of(self.config, cluster=self.config.redis_cluster is True)
@@ -461,7 +459,6 @@ class Context:
         self.cache.forked()
         self.lineage.forked()
         self.unacknowledged = deque()  # the parent's to send
-        self.abandoned = deque()
 
     @property
     def codec(self) -> Codec:

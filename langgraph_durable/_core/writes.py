@@ -41,7 +41,6 @@ from langgraph_durable._core.keys import (
     blob_field,
     write_field,
 )
-from langgraph_durable._core.outage import hot_failed
 from langgraph_durable._core.records import (
     Location,
     StoredCheckpoint,
@@ -358,10 +357,9 @@ def drain_journal(ctx: Context, thread_ids: Sequence[str] | None = None) -> Op[N
         return None
     try:
         yield from journal.flush(ctx, timeout=None, thread_ids=thread_ids)
-    except TierUnavailableError as exc:
+    except TierUnavailableError as exc:  # the flush told the breaker (`journal.flush`)
         if behind or exc.tier != "hot":
             raise
-        hot_failed(ctx, exc)
     return None
 
 

@@ -5,7 +5,7 @@ of idempotent upserts, and only then acknowledges and deletes the entries. A flu
 dies mid-batch leaves its entries pending; another claims them once they sat idle for
 ``reclaim_after``. One whose commit fails releases them, so another takes them at once
 (its own Postgres link may be the one lost), and so does the next drain for entries Redis
-handed a drain that had given up on its read (`_release_abandoned`).
+handed a drain that had given up on its read (`_acknowledge_late`).
 
 A batch Postgres rejects for what it holds (`WriteRejectedError`: a value or a key it
 cannot store) is split in halves until the entry at fault is alone; that entry moves to
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langgraph_durable._core.codec import FrameError
@@ -27,7 +27,7 @@ from langgraph_durable._core.journal.entries import GROUP, Entry, genuine, strea
 from langgraph_durable._core.journal.policy import plan
 from langgraph_durable._core.journal.state import each_shard, leave_requests, shard_states
 from langgraph_durable._core.outage import hot_failed
-from langgraph_durable._core.requests import Cold, Op, Pause
+from langgraph_durable._core.requests import Cold, Hot, Op, Pause
 from langgraph_durable._core.scripts import shards as shard_calls
 from langgraph_durable._core.sql.flush import ANSWERS_SQL
 from langgraph_durable.config import seconds
@@ -103,7 +103,6 @@ def flush_batch(ctx: Context, consumer: str | None = None, *, shard: int | None 
 
 def _flush_batch(ctx: Context, consumer: str | None, shard: int | None) -> Op[int]:
     yield from _acknowledge_late(ctx)
-    yield from _release_abandoned(ctx)
     if shard is not None or ctx.layout.shards == 1:
         return (yield from _flush_shard(ctx, consumer, shard or 0))
     states = yield from shard_states(ctx, range(ctx.layout.shards))
@@ -119,30 +118,14 @@ def _flush_batch(ctx: Context, consumer: str | None, shard: int | None) -> Op[in
     return 0
 
 
-def _release_abandoned(ctx: Context) -> Op[None]:
-    """Release every entry that drains Redis failed hold (`Context.abandoned`): a drain
-    whose read timed out in a frozen Redis is gone, but Redis runs the read when it thaws
-    and hands the drain entries; left so, they would hold every drain of their shard up
-    until they sat idle for reclaim_after."""
-    reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
-    while ctx.abandoned:
-        try:
-            consumer, shards = ctx.abandoned.popleft()
-        except IndexError:
-            return None
-        try:
-            for k in shards:
-                yield shard_calls.journal_release(ctx.layout, k, GROUP, consumer, reclaim_ms, [])
-        except TierUnavailableError:
-            ctx.abandoned.appendleft((consumer, shards))
-            raise
-    return None
-
-
 def _acknowledge_late(ctx: Context) -> Op[None]:
-    """Send again the acknowledgements of batches that committed while Redis could not be
-    reached (acknowledging twice is harmless: entries no longer pending only drop their
-    thread's copy, which reads warm back from Postgres)."""
+    """Send what Redis must still hear (`Context.unacknowledged`): the acknowledgements of
+    batches that committed while Redis could not be reached (acknowledging twice is
+    harmless: entries no longer pending only drop their thread's copy, which reads warm
+    back from Postgres), and the releases of entries drains Redis failed may hold (a
+    drain whose read timed out in a frozen Redis is gone, but Redis runs the read when it
+    thaws and hands it entries, which would hold every drain of their shard up until they
+    sat idle for reclaim_after)."""
     while ctx.unacknowledged:
         try:
             acknowledgement = ctx.unacknowledged.popleft()
@@ -194,7 +177,7 @@ def _flush_shard(ctx: Context, consumer: str | None, shard: int,
                                               [e.id for e in entries])
         except TierUnavailableError:  # a flusher reads its own again; a drain does not
             if consumer is not None:
-                ctx.abandoned.append((consumer, (shard,)))
+                ctx.unacknowledged.extend(_releases(ctx, consumer, [shard]))
         raise
     acked: list[str | bytes | int] = []
     for e in entries:
@@ -253,7 +236,6 @@ def flush(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None 
 def _drain(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None,
            reclaim: float | None) -> Op[int]:
     yield from _acknowledge_late(ctx)
-    yield from _release_abandoned(ctx)
     layout = ctx.layout
     shards = sorted(
         range(layout.shards) if thread_ids is None else {layout.shard(t) for t in thread_ids}
@@ -267,8 +249,15 @@ def _drain(ctx: Context, timeout: float | None, thread_ids: Sequence[str] | None
         return (yield from _drain_rounds(ctx, consumer, targets, timeout, reclaim))
     except TierUnavailableError as exc:
         if exc.tier == "hot":  # a read Redis runs once it answers again hands it entries
-            ctx.abandoned.append((consumer, tuple(targets)))
+            ctx.unacknowledged.extend(_releases(ctx, consumer, targets))
         raise
+
+
+def _releases(ctx: Context, consumer: str, shards: Iterable[int]) -> list[Hot]:
+    """Releases of every entry ``consumer`` holds in ``shards`` (`_acknowledge_late`)."""
+    reclaim_ms = int(seconds(ctx.config.reclaim_after) * 1000)
+    return [shard_calls.journal_release(ctx.layout, k, GROUP, consumer, reclaim_ms, [])
+            for k in shards]
 
 
 def _drain_rounds(ctx: Context, consumer: str, targets: dict[int, str],
