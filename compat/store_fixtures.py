@@ -17,6 +17,8 @@ from langgraph_durable import DurableStore
 
 REDIS_URL = os.environ.get("LGD_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("LGD_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+# a Postgres with pgvector for the semantic search tests (compat.store_run sets it)
+VECTOR_POSTGRES_URL = os.environ.get("LGD_VECTOR_POSTGRES_URL", POSTGRES_URL)
 TTL_MINUTES = 6 / 60
 TTL: Any = {"default_ttl": TTL_MINUTES, "refresh_on_read": True,
             "sweep_interval_minutes": TTL_MINUTES / 2}
@@ -27,8 +29,8 @@ def _names() -> tuple[str, str]:
     return f"lgdc_store_{tag}", f"lgdc-store-{tag}"
 
 
-def _drop(schema: str, prefix: str) -> None:
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+def _drop(schema: str, prefix: str, postgres_url: str = POSTGRES_URL) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     client = redis.Redis.from_url(REDIS_URL)
     for key in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -37,29 +39,61 @@ def _drop(schema: str, prefix: str) -> None:
 
 
 @contextmanager
-def durable_store(**options: Any) -> Iterator[DurableStore]:
+def durable_store(postgres_url: str = POSTGRES_URL, **options: Any) -> Iterator[DurableStore]:
     """A set-up store of its own, dropped on exit."""
     schema, prefix = _names()
     options.setdefault("ttl", TTL)
     try:
-        with DurableStore.from_conn_string(REDIS_URL, POSTGRES_URL, schema=schema,
+        with DurableStore.from_conn_string(REDIS_URL, postgres_url, schema=schema,
                                            key_prefix=prefix, **options) as store:
             yield store
     finally:
-        _drop(schema, prefix)
+        _drop(schema, prefix, postgres_url)
 
 
 @asynccontextmanager
-async def adurable_store(**options: Any) -> AsyncIterator[DurableStore]:
+async def adurable_store(postgres_url: str = POSTGRES_URL,
+                         **options: Any) -> AsyncIterator[DurableStore]:
     """Async twin of `durable_store`."""
     schema, prefix = _names()
     options.setdefault("ttl", TTL)
     try:
-        async with DurableStore.afrom_conn_string(REDIS_URL, POSTGRES_URL, schema=schema,
+        async with DurableStore.afrom_conn_string(REDIS_URL, postgres_url, schema=schema,
                                                   key_prefix=prefix, **options) as store:
             yield store
     finally:
-        _drop(schema, prefix)
+        _drop(schema, prefix, postgres_url)
+
+
+# The suite's `_create_vector_store` (a PostgresStore with an index, on a database of its
+# own): a DurableStore with the same index on the pgvector Postgres, on a schema of its own.
+def _index(vector_type: str, distance_type: str, embeddings: Any,
+           text_fields: list[str] | None) -> dict[str, Any]:
+    return {"dims": embeddings.dims, "embed": embeddings, "fields": text_fields,
+            "ann_index_config": {"vector_type": vector_type}, "distance_type": distance_type}
+
+
+@contextmanager
+def create_vector_store(vector_type: str, distance_type: str, fake_embeddings: Any,
+                        text_fields: list[str] | None = None,
+                        enable_ttl: bool = True) -> Iterator[DurableStore]:
+    """A set-up store with the suite's index (and TTL config), dropped on exit."""
+    ttl = {"default_ttl": 2, "refresh_on_read": True} if enable_ttl else None
+    with durable_store(VECTOR_POSTGRES_URL, ttl=ttl, index=_index(
+            vector_type, distance_type, fake_embeddings, text_fields)) as store:
+        store.setup()  # a second setup changes nothing
+        yield store
+
+
+@asynccontextmanager
+async def acreate_vector_store(vector_type: str, distance_type: str, fake_embeddings: Any,
+                               text_fields: list[str] | None = None
+                               ) -> AsyncIterator[DurableStore]:
+    """Async twin of `create_vector_store` (the async suite's has no TTL)."""
+    async with adurable_store(VECTOR_POSTGRES_URL, ttl=None, index=_index(
+            vector_type, distance_type, fake_embeddings, text_fields)) as store:
+        await store.asetup()
+        yield store
 
 
 # The suite's row helpers read PostgresStore's table through its private cursor; these

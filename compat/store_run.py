@@ -8,20 +8,27 @@ rebinds the ``store`` fixtures of ``test_store.py`` and ``test_async_store.py`` 
 `compat.store_fixtures` (one variant: their ``pipe`` and ``pool`` variants are
 PostgresStore's connection modes). The conftest's table clearing, which names
 PostgresStore's tables, is dropped; the row helpers of the TTL tests read DurableStore's
-table instead, and calls of PostgresStore's sweeper thread go. Tests that reach
-PostgresStore's internals (its cursor, its pool), need pgvector, or expect expired rows
-back with ``omit_expired`` off (DurableStore never returns them) fail: they are left out
-(`KNOWN`, and the pgvector tests) unless ``--all`` is given. Exit status: pytest's.
+table instead, and calls of PostgresStore's sweeper thread go; the semantic search
+tests' stores (``_create_vector_store``) are DurableStores with the same index on a
+Postgres with pgvector: ``LGD_VECTOR_POSTGRES_URL``, else the test Postgres when it has
+pgvector, else an embedded Postgres started for the run (its build ships pgvector). Tests
+that reach PostgresStore's internals (its cursor, its pool) or expect expired rows back
+with ``omit_expired`` off (DurableStore never returns them) fail: they are left out
+(`KNOWN`) unless ``--all`` is given. Exit status: pytest's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".compat-cache"
@@ -53,6 +60,7 @@ HELPERS = {
 from compat.store_fixtures import expire_now as _expire_now  # noqa: E402,F811
 from compat.store_fixtures import row_exists as _row_exists  # noqa: E402,F811
 from compat.store_fixtures import stored_expires_at as _stored_expires_at  # noqa: E402,F811
+from compat.store_fixtures import create_vector_store as _create_vector_store  # noqa: E402,F811
 """,
     "test_async_store.py": """
 
@@ -71,6 +79,9 @@ async def _arow_exists(store, ns, key):  # noqa: F811
 
 async def _astored_expires_at(store, ns, key):  # noqa: F811
     return _stored_sync(store, ns, key)
+
+
+from compat.store_fixtures import acreate_vector_store as _create_vector_store  # noqa: E402,F811
 """,
 }
 # PostgresStore's own sweeper thread or task: DurableStore filters expired rows in every
@@ -127,7 +138,6 @@ def extract(tarball: Path, into: Path) -> Path:
 
 # Tests left out, each for a documented difference of DurableStore (docs/store.md), not a
 # defect: run them with --all to see them fail.
-SEMANTIC = "not vector and not halfvec and not embed"  # pgvector: no semantic search yet
 KNOWN = {
     # DurableStore never returns an expired item, whatever omit_expired says
     "test_store.py::test_omit_expired_disabled_preserves_expired_rows": "never expired",
@@ -144,21 +154,41 @@ KNOWN = {
 
 
 def main(argv: list[str]) -> int:
-    """Run the suite; without ``--all``, the pgvector tests and `KNOWN` are left out."""
+    """Run the suite; without ``--all``, `KNOWN` is left out."""
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     selection: list[str] = []
     if "--all" not in argv[:argv.index("--") if "--" in argv else len(argv)]:
-        selection = ["-k", SEMANTIC]
         for test in KNOWN:
             selection += ["--deselect", f"tests/{test}"]
-    with tempfile.TemporaryDirectory(prefix="lgd-store-compat-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lgd-store-compat-") as tmp, \
+            contextlib.ExitStack() as servers:
+        os.chmod(tmp, 0o711)  # PostgreSQL's own account (as root) enters the embedded one's
         tests = extract(fetch(pinned()), Path(tmp))
-        env_path = f"{tmp}:{ROOT}"
+        env = {**os.environ, "PYTHONPATH": f"{tmp}:{ROOT}",
+               "LGD_VECTOR_POSTGRES_URL": vector_postgres(servers, Path(tmp))}
         return subprocess.call(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
              "no:randomly", str(tests / "test_store.py"), str(tests / "test_async_store.py"),
-             *selection, *extra], cwd=tmp,
-            env={**__import__("os").environ, "PYTHONPATH": env_path})
+             *selection, *extra], cwd=tmp, env=env)
+
+
+def vector_postgres(servers: contextlib.ExitStack, folder: Path) -> str:
+    """A Postgres with pgvector for the semantic search tests (see the module's doc)."""
+    given = os.environ.get("LGD_VECTOR_POSTGRES_URL")
+    if given:
+        return given
+    from compat.store_fixtures import POSTGRES_URL
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+                        ).fetchone():
+            return POSTGRES_URL
+    from langgraph_durable.embedded import EmbeddedServers
+
+    embedded = servers.enter_context(EmbeddedServers(folder / "servers", startup_timeout=60))
+    print(f"compat.store_run: semantic search on an embedded Postgres ({POSTGRES_URL} has "
+          "no pgvector)", flush=True)
+    return embedded.postgres_url
 
 
 if __name__ == "__main__":

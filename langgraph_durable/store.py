@@ -22,7 +22,7 @@ from typing import Any, ClassVar, overload
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig, validate_op_namespace
 
 from langgraph_durable._batching import Batcher
-from langgraph_durable._core import migrate
+from langgraph_durable._core import migrate, semantic
 from langgraph_durable._core import store as core
 from langgraph_durable._core.sql.ledger import LEDGER_MIGRATIONS
 from langgraph_durable._core.sql.schema import CORE_MIGRATIONS, Migration
@@ -35,13 +35,6 @@ from langgraph_durable.errors import ConfigurationError
 
 logger = logging.getLogger("langgraph_durable")
 
-_SEMANTIC = (
-    "semantic search needs the pgvector extension and an embedding index, which this "
-    "release of DurableStore does not provide yet; leave index= unset (search then "
-    "filters without a query)"
-)
-
-
 class DurableStore(BaseStore):
     """A `BaseStore` whose items live in Postgres and whose gets are served from Redis.
 
@@ -51,12 +44,16 @@ class DurableStore(BaseStore):
         schema: Postgres schema of the store's table (shared with a saver's is fine).
         key_prefix: every Redis key starts with it.
         ttl: LangGraph's `TTLConfig` (``default_ttl`` in minutes, ``refresh_on_read``).
-        index: semantic search config; not supported yet (raises `ConfigurationError`).
+        index: semantic search (LangGraph's ``IndexConfig``: ``dims``, ``embed``,
+            ``fields``; and PostgresStore's ``distance_type``, ``"cosine"`` by default, and
+            ``ann_index_config={"vector_type": "halfvec"}``). Needs pgvector on the
+            Postgres server (`setup` says so when it is missing); searches rank exactly,
+            within the namespace prefix and the filter.
         cache_ttl: seconds a cached item lives in Redis without being read from Postgres.
         **options: any other `SaverConfig` option (pool sizes, timeouts).
 
     Raises:
-        ConfigurationError: an option is invalid, or ``index`` is given.
+        ConfigurationError: an option or the index config is invalid.
     """
 
     supports_ttl = True
@@ -76,8 +73,9 @@ class DurableStore(BaseStore):
         cache_ttl: int = 3600,
         **options: Any,
     ) -> None:
-        if index is not None:
-            raise ConfigurationError(_SEMANTIC)
+        self.index_config: dict[str, Any] | None = None if index is None else dict(index)
+        self._index = None if index is None else semantic.index_from_config(index)
+        self.embeddings = None if self._index is None else self._index.embeddings
         if not isinstance(cache_ttl, int) or cache_ttl < 1:
             raise ConfigurationError("cache_ttl must be a whole number of seconds, at least 1")
         self.config = SaverConfig.from_env(redis_url=redis_url, postgres_url=postgres_url,
@@ -112,11 +110,15 @@ class DurableStore(BaseStore):
         """
         self.engine.check_cold()
         self.engine.run(migrate.setup(self.config.schema, self.migrations))
+        if self._index is not None:
+            self.engine.run(semantic.setup(self.config.schema, self._index))
 
     async def asetup(self) -> None:
         """Async twin of `setup`."""
         await self.engine.acheck_cold()
         await self.engine.arun(migrate.setup(self.config.schema, self.migrations))
+        if self._index is not None:
+            await self.engine.arun(semantic.setup(self.config.schema, self._index))
 
     def close(self) -> None:
         """Stop the TTL sweeper thread, if one runs, and close the blocking clients."""
@@ -171,8 +173,13 @@ class DurableStore(BaseStore):
     # ------------------------------------------------------------------ ops
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` (reads see the store as before the batch); results in op order."""
-        return self.engine.run(core.batch(self.engine.context, self.cache, self._checked(ops)))
+        """Run ``ops`` (reads see the store as before the batch); results in op order.
+        With an index, the texts and queries are embedded first: a model that fails
+        leaves the store as it was."""
+        checked = self._checked(ops)
+        embedded = semantic.embed(self._index, checked)
+        return self.engine.run(core.batch(self.engine.context, self.cache, checked,
+                                          self._index, embedded))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of `batch`. Calls made while others of the same event loop are in
@@ -188,7 +195,9 @@ class DurableStore(BaseStore):
         return await batcher.submit(checked)
 
     async def _abatch_now(self, ops: list[Op]) -> list[Result]:
-        return await self.engine.arun(core.batch(self.engine.context, self.cache, ops))
+        embedded = await semantic.aembed(self._index, ops)
+        return await self.engine.arun(core.batch(self.engine.context, self.cache, ops,
+                                                 self._index, embedded))
 
     @overload
     def sweep_ttl(self, batch: int = 1000) -> int: ...
@@ -307,7 +316,7 @@ class DurableStore(BaseStore):
         passed straight to ``batch`` skip them)."""
         ops = list(ops)
         for op in ops:
-            validate_op_namespace(op)  # a search's query is ignored, as InMemoryStore does
+            validate_op_namespace(op)  # without an index, a query is ignored (InMemoryStore)
         return ops
 
 

@@ -36,10 +36,12 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from langgraph_durable._core import semantic
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Statement
 from langgraph_durable._core.requests import Op as Operation
 from langgraph_durable._core.scripts import store as scripts
+from langgraph_durable._core.semantic import NOTHING, Embedded, Index
 from langgraph_durable._core.sql import store as q
 from langgraph_durable.errors import TierUnavailableError
 
@@ -79,18 +81,19 @@ def decode(namespace: tuple[str, ...], key: str, data: str) -> Item | None:
                 updated_at=datetime.fromisoformat(loaded["u"]))
 
 
-def item(row: dict[str, Any], score: float | None = None,
-         search: bool = False) -> Item:
-    """A row as LangGraph's item."""
+def item(row: dict[str, Any], search: bool = False) -> Item:
+    """A row as LangGraph's item (a search's with its score, ``None`` when unranked)."""
     common = dict(value=row["value"], key=row["key"], namespace=tuple(row["namespace"]),
                   created_at=row["created_at"], updated_at=row["updated_at"])
-    return SearchItem(**common, score=score) if search else Item(**common)
+    return SearchItem(**common, score=row.get("score")) if search else Item(**common)
 
 
-def batch(ctx: Context, cache: CacheSettings, ops: Iterable[Op]) -> Operation[list[Result]]:
+def batch(ctx: Context, cache: CacheSettings, ops: Iterable[Op], index: Index | None = None,
+          embedded: Embedded = NOTHING) -> Operation[list[Result]]:
     """Run ``ops``: every read sees the store as it was before the batch (reads first,
     like LangGraph's stores), then the writes, the last of each item winning; results in
-    op order."""
+    op order. With an ``index``, searches with a query rank by ``embedded``'s vectors
+    and puts replace their items' embeddings in the same transaction."""
     listed = list(ops)
     results: list[Result] = [None] * len(listed)
     gets = [(i, op) for i, op in enumerate(listed) if isinstance(op, GetOp)]
@@ -101,7 +104,8 @@ def batch(ctx: Context, cache: CacheSettings, ops: Iterable[Op]) -> Operation[li
     reads = [(i, op) for i, op in enumerate(listed)
              if isinstance(op, (SearchOp, ListNamespacesOp))]
     if reads:
-        statements = tuple(_read_statement(ctx.config.schema, op) for _, op in reads)
+        statements = tuple(_read_statement(ctx.config.schema, op, index, embedded)
+                           for _, op in reads)
         rows = yield Cold(statements)
         for (i, read), got in zip(reads, rows, strict=True):
             results[i] = ([item(r, search=True) for r in got] if isinstance(read, SearchOp)
@@ -112,14 +116,17 @@ def batch(ctx: Context, cache: CacheSettings, ops: Iterable[Op]) -> Operation[li
             puts.pop((tuple(op.namespace), op.key), None)
             puts[(tuple(op.namespace), op.key)] = op
     if puts:  # in key order, so concurrent batches take their row locks in one order
-        yield from _puts(ctx, cache, [puts[k] for k in sorted(puts)])
+        yield from _puts(ctx, cache, [puts[k] for k in sorted(puts)], index, embedded)
     return results
 
 
-def _read_statement(schema: str, op: SearchOp | ListNamespacesOp) -> Statement:
+def _read_statement(schema: str, op: SearchOp | ListNamespacesOp, index: Index | None,
+                    embedded: Embedded) -> Statement:
     if isinstance(op, SearchOp):
+        ranking = (index.ranking(schema, embedded.queries[op.query])
+                   if index is not None and op.query else None)
         query, params = q.search_statement(schema, op.namespace_prefix, op.filter, op.limit,
-                                           op.offset, op.refresh_ttl)
+                                           op.offset, op.refresh_ttl, ranking)
     else:
         conditions = [(c.match_type, c.path) for c in op.match_conditions or ()]
         query, params = q.list_namespaces_statement(schema, conditions, op.max_depth,
@@ -170,7 +177,8 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
     return found
 
 
-def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp]) -> Operation[None]:
+def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp], index: Index | None,
+          embedded: Embedded) -> Operation[None]:
     """Hold the entries, commit every write in one transaction, then store the rows.
 
     One put sends both scripts without waiting (their replies are read on the connection's
@@ -194,13 +202,17 @@ def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp]) -> Operation[Non
         Statement(rendered.put, q.put_params(op.namespace, op.key, op.value, op.ttl),
                   fetch=True)
         for op in ops)
+    if index is not None:  # each item's embeddings, after its row (they reference it)
+        statements += tuple(
+            semantic.replace_statement(schema, index, (tuple(op.namespace), op.key), embedded)
+            for op in ops if op.value is not None)
     rows = yield Cold(statements)
     if held is None:  # Redis was off: entries it still holds expire with their TTL
         return None
     wrote = tuple(
         scripts.wrote(k, got[0]["version"], ABSENT if op.value is None else encode(got[0]),
                       cache.ttl)
-        for k, op, got in zip(keys, ops, rows, strict=True))
+        for k, op, got in zip(keys, ops, rows[:len(ops)], strict=True))
     yield from _hot(ctx, wrote[0].sent_only() if len(wrote) == 1 else HotBatch(wrote))
     return None
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
 from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
-from langgraph_durable import ConfigurationError, DurableStore
-from tests.store.conftest import MakeStore
+from langgraph_durable import DurableStore
 
 
 def _root() -> str:
@@ -136,13 +134,6 @@ def test_list_namespaces_suffix_wildcards_depth_and_paging(store: DurableStore) 
         (root, "u1"), (root, "u2"), (root, "u3")]
     assert store.list_namespaces(prefix=(root,), max_depth=2, limit=1, offset=1) == [
         (root, "u2")]
-
-
-def test_index_config_is_refused_with_the_missing_piece_named(make_store: MakeStore) -> None:
-    """Semantic search is not there yet: an index config fails at construction and says
-    what is missing, rather than searching without embeddings."""
-    with pytest.raises(ConfigurationError, match="pgvector"):
-        make_store(index={"dims": 3, "embed": lambda texts: [[0.0] * 3 for _ in texts]})
 
 
 def test_from_conn_string_sets_up_and_closes(namespace: tuple[str, str]) -> None:

@@ -168,27 +168,45 @@ def delete_params(namespace: Sequence[str], key: str) -> dict[str, Any]:
     return {"namespace": list(namespace), "key": key}
 
 
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A search's query, embedded (pgvector's text form), and what its candidates are
+    read from to rank them (`semantic.RANKED_FROM_SQL`, for the store's index)."""
+
+    vector: str
+    source: sql.SQL
+
+
 def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any] | None,
-                     limit: int, offset: int,
-                     refresh: bool) -> tuple[sql.Composed, dict[str, Any]]:
+                     limit: int, offset: int, refresh: bool,
+                     ranking: Ranking | None = None) -> tuple[sql.Composed, dict[str, Any]]:
     """The live items under ``prefix`` (whole segments) matching ``where``, newest first,
-    refreshing the TTL of those returned when ``refresh``."""
+    refreshing the TTL of those returned when ``refresh``. With a ``ranking``, the items
+    whose fields score best against the query come first (each its best field's score),
+    then those with no embedding (score ``NULL``), newest first."""
     params: dict[str, Any] = {"limit": limit, "offset": offset, "refresh": refresh}
     condition = compile_filter(where or {}, params)
+    source: sql.Composable = _table(schema)
+    score, order = sql.SQL("NULL::double precision AS score"), sql.SQL("")
+    if ranking is not None:
+        source = ranking.source
+        score, order = sql.SQL("s.score"), sql.SQL("score DESC NULLS LAST, ")
+        params["query_vector"] = ranking.vector
     query = sql.SQL("""
 WITH found AS (
-    SELECT {columns} FROM {table}
+    SELECT {columns}, {score} FROM {source}
     WHERE {under} AND {live} AND {condition}
-    ORDER BY updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s
+    ORDER BY {order}updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s
 ), refreshed AS (
     UPDATE {table} SET {refresh}
     WHERE (namespace, key) IN (
         SELECT l.namespace, l.key FROM {table} l JOIN found f USING (namespace, key)
         WHERE %(refresh)s AND l.ttl_minutes IS NOT NULL FOR UPDATE OF l SKIP LOCKED)
 )
-SELECT * FROM found ORDER BY updated_at DESC, namespace, key""").format(
+SELECT * FROM found ORDER BY {order}updated_at DESC, namespace, key""").format(
         columns=sql.SQL(_COLUMNS), table=_table(schema), live=sql.SQL(_LIVE),
-        condition=condition, refresh=sql.SQL(_REFRESH), under=_under(prefix, params))
+        condition=condition, refresh=sql.SQL(_REFRESH), under=_under(prefix, params),
+        source=source, score=score, order=order)
     return query, params
 
 
