@@ -13,8 +13,12 @@ PARAM_ID = "durable"
 UPSTREAM_PARAM_ID = "memory"
 """Upstream's param whose selection (and snapshots) ours must match."""
 
-FIXTURES = ("sync_checkpointer", "async_checkpointer")
-"""The upstream fixtures that are replaced."""
+FIXTURES = ("sync_checkpointer", "async_checkpointer", "sync_store", "async_store")
+"""The upstream fixtures that are replaced: the savers', and the long-term memory stores'
+(a `DurableStore`) of the graph-level store tests."""
+
+UPSTREAM_STORE_PARAM_ID = "in_memory"
+"""Upstream's store param (an InMemoryStore) whose selection ours must match."""
 
 MODE_ENV = "LGD_WRITE_MODE"
 """The write mode of the savers the fixtures make: ``through`` or ``behind``."""

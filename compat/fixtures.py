@@ -1,12 +1,15 @@
-"""The ``sync_checkpointer`` / ``async_checkpointer`` fixtures that replace upstream's.
+"""The ``sync_checkpointer`` / ``async_checkpointer`` fixtures that replace upstream's, and
+the ``sync_store`` / ``async_store`` ones of its graph-level store tests.
 
-`compat.run` appends one line to the extracted ``tests/conftest.py``::
+`compat.run` appends two lines to the extracted ``tests/conftest.py``::
 
     from compat.fixtures import async_checkpointer, sync_checkpointer
+    from compat.fixtures import async_store, sync_store
 
-which rebinds the two names after upstream defined them, so pytest registers these
-fixtures (at the same conftest level) instead of upstream's memory/sqlite/postgres
+which rebind the names after upstream defined them, so pytest registers these fixtures
+(at the same conftest level) instead of upstream's memory/sqlite/postgres
 parametrisation. Each has the single param ``PARAM_ID``: test ids read ``test_x[durable]``.
+A store is a `DurableStore` on a schema and prefix of its own (`compat.store_fixtures`).
 
 Every test gets a fresh `DurableSaver` with a Postgres schema ``lgc_<random>`` and a Redis
 key prefix ``lgc-<random>`` of its own, set up before the test. After it the saver is
@@ -29,7 +32,8 @@ import pytest
 import redis
 
 from compat import MODE_ENV, PARAM_ID
-from langgraph_durable import DurableSaver
+from compat.store_fixtures import adurable_store, durable_store
+from langgraph_durable import DurableSaver, DurableStore
 from langgraph_durable.config import WriteMode
 
 REDIS_URL = os.environ.get("LGD_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -98,3 +102,17 @@ async def async_checkpointer() -> AsyncIterator[DurableSaver]:
             await saver.aclose()
         finally:
             await asyncio.to_thread(discard, saver)
+
+
+@pytest.fixture(params=[PARAM_ID])
+def sync_store() -> Iterator[DurableStore]:
+    """A fresh, set-up store (no TTL, no index, as upstream's) for a blocking test."""
+    with durable_store(ttl=None) as store:
+        yield store
+
+
+@pytest.fixture(params=[PARAM_ID])
+async def async_store() -> AsyncIterator[DurableStore]:
+    """A fresh, set-up store for an async test."""
+    async with adurable_store(ttl=None) as store:
+        yield store

@@ -1,12 +1,14 @@
 """pytest plugin of the compat run (``-p compat.plugin``).
 
-- Refuses to run unless every item that uses a checkpointer fixture carries our param,
-  so an upstream refactor can never silently test upstream's savers instead of ours.
-- Deselects the items that use no checkpointer fixture.
+- Refuses to run unless every item that uses a checkpointer or store fixture carries our
+  param, so an upstream refactor can never silently test upstream's savers or stores
+  instead of ours.
+- Deselects the items that use none of them.
 - Counts the outcomes and writes a JSON summary to ``$LGC_SUMMARY``.
 - Parity check (``$LGC_DUMP``): writes the selected items to that file. With
   ``$LGC_UPSTREAM=1`` (the pristine upstream suite) it selects the items whose checkpointer
-  param is upstream's ``memory`` one and checks nothing.
+  param is upstream's ``memory`` one and store param its ``in_memory`` one, and checks
+  nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from compat import (
     SUMMARY_ENV,
     UPSTREAM_ENV,
     UPSTREAM_PARAM_ID,
+    UPSTREAM_STORE_PARAM_ID,
 )
 
 
@@ -47,7 +50,7 @@ _tally = _Tally()
 
 
 def _checkpointer_params(item: pytest.Item) -> dict[str, object]:
-    """The params of the checkpointer fixtures the item uses (None: not parametrised)."""
+    """The params of the replaced fixtures the item uses (None: not parametrised)."""
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     names = getattr(item, "fixturenames", ())
@@ -71,7 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     dump = os.environ.get(DUMP_ENV)
     if dump and os.environ.get(UPSTREAM_ENV) == "1":
         _dump([item for item in items if (params := _checkpointer_params(item))
-               and all(p == UPSTREAM_PARAM_ID for p in params.values())], dump)
+               and all(p in (UPSTREAM_PARAM_ID, UPSTREAM_STORE_PARAM_ID)
+                       for p in params.values())], dump)
         return
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
@@ -82,7 +86,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (keep if params else drop).append(item)
     if stray:
         raise pytest.UsageError(
-            f"compat: the checkpointer fixture override is NOT active for {len(stray)} "
+            f"compat: the checkpointer or store fixture override is NOT active for {len(stray)} "
             f"item(s), e.g. {stray[:3]}; refusing to run")
     if drop:
         config.hook.pytest_deselected(items=drop)

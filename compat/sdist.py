@@ -15,11 +15,12 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from compat import PARAM_ID, UPSTREAM_PARAM_ID, CompatError
+from compat import FIXTURES, PARAM_ID, UPSTREAM_PARAM_ID, CompatError
 
 CONFTEST_PATCH = (
-    "\n\n# ---- appended by compat.run: DurableSaver replaces the checkpointer fixtures ----\n"
+    "\n\n# ---- appended by compat.run: DurableSaver and DurableStore replace the fixtures ----\n"
     "from compat.fixtures import async_checkpointer, sync_checkpointer  # noqa: E402,F401\n"
+    "from compat.fixtures import async_store, sync_store  # noqa: E402,F401\n"
 )
 
 
@@ -51,7 +52,7 @@ def extract(sdist: Path, dest: Path, *, patch: bool) -> Path:
         archive.extractall(dest, members=members, filter="data")
     conftest = dest / "tests" / "conftest.py"
     text = conftest.read_text()
-    for name in ("sync_checkpointer", "async_checkpointer"):
+    for name in FIXTURES:
         if not re.search(rf"(?m)^(async )?def {name}\(", text):
             raise CompatError(f"upstream tests/conftest.py no longer defines {name}()")
     if patch:
