@@ -67,6 +67,13 @@ def test_06_create_agent() -> None:
     run("06_create_agent")
 
 
+def test_07_long_term_memory() -> None:
+    """DurableStore: memories read across threads of a user, none lost by a SIGKILLed
+    writer, reads and writes through Postgres while a private Redis is dead, and that
+    Redis filled again once restarted."""
+    run("07_long_term_memory")
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.stem for p in COMMITTED])
 def test_committed_notebook_has_its_outputs_and_names_no_machine(path: Path) -> None:
     """A reader sees results without running anything: every code cell was executed, in
