@@ -80,9 +80,9 @@ def test_sibling_namespace_never_matches_a_prefix(store: DurableStore) -> None:
 
 def test_a_prefix_matches_through_the_namespace_index_segment_by_segment(
         store: DurableStore) -> None:
-    """A prefix is an index range in byte order: segments that extend the last one ("b",
-    "b!", "b\u00e9", "b\U0001f600") or sort between it and its successor never match;
-    an empty last segment matches only itself; and in a table of thousands of items
+    """A prefix is an index range in byte order, the whole test: segments that extend the
+    last one ("b", "b!", "b\u00e9", "b\U0001f600", and "b\x01", its successor itself) or
+    sort between it and its successor never match; and in a table of thousands of items
     Postgres reads the range from the index instead of scanning every item."""
     import psycopg
 
@@ -90,10 +90,13 @@ def test_a_prefix_matches_through_the_namespace_index_segment_by_segment(
     from tests.support.servers import POSTGRES_URL
 
     root = _root()
-    for label in ("b", "b!", "b\u00e9", "b\U0001f600", "a", "c"):
+    for label in ("b", "b!", "b\u00e9", "b\U0001f600", "a", "c", "b\x01", "b\x01\x01"):
         store.put((root, label), "k", {"label": label})
         store.put((root, label, "deeper"), "k", {"label": label + "/deeper"})
     assert sorted(i.value["label"] for i in store.search((root, "b"))) == ["b", "b/deeper"]
+    assert sorted(i.value["label"] for i in store.search((root, "b\x01"))) == [
+        "b\x01", "b\x01/deeper"]
+    assert store.list_namespaces(prefix=(root, "b"), max_depth=2) == [(root, "b")]
     assert sorted(i.value["label"] for i in store.search((root, "b!"))) == ["b!", "b!/deeper"]
     assert store.list_namespaces(prefix=(root, "b\u00e9")) == [
         (root, "b\u00e9"), (root, "b\u00e9", "deeper")]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -179,61 +180,60 @@ class Ranking:
 
 def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any] | None,
                      limit: int, offset: int, refresh: bool,
-                     ranking: Ranking | None = None) -> tuple[sql.Composed, dict[str, Any]]:
+                     ranking: Ranking | None = None) -> tuple[sql.SQL, dict[str, Any]]:
     """The live items under ``prefix`` (whole segments) matching ``where``, newest first,
     refreshing the TTL of those returned when ``refresh``. With a ``ranking``, the items
     whose fields score best against the query come first (each its best field's score),
     then those with no embedding (score ``NULL``), newest first."""
-    params: dict[str, Any] = {"limit": limit, "offset": offset, "refresh": refresh}
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
     condition = compile_filter(where or {}, params)
-    source: sql.Composable = _table(schema)
-    score, order = sql.SQL("NULL::double precision AS score"), sql.SQL("")
+    table = _table(schema)
+    source, score, order = table, "NULL::double precision AS score", ""
     if ranking is not None:
-        source = ranking.source
-        score, order = sql.SQL("s.score"), sql.SQL("score DESC NULLS LAST, ")
+        source, score = ranking.source.as_string(None), "s.score"
+        order = "score DESC NULLS LAST, "
         params["query_vector"] = ranking.vector
-    query = sql.SQL("""
-WITH found AS (
-    SELECT {columns}, {score} FROM {source}
-    WHERE {under} AND {live} AND {condition}
-    ORDER BY {order}updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s
+    found = f"""
+    SELECT {_COLUMNS}, {score} FROM {source}
+    WHERE {_under(prefix, params)} AND {_LIVE} AND {condition}
+    ORDER BY {order}updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s"""
+    if not refresh:
+        return sql.SQL(found), params
+    return sql.SQL(f"""
+WITH found AS ({found}
 ), refreshed AS (
-    UPDATE {table} SET {refresh}
+    UPDATE {table} SET {_REFRESH}
     WHERE (namespace, key) IN (
         SELECT l.namespace, l.key FROM {table} l JOIN found f USING (namespace, key)
-        WHERE %(refresh)s AND l.ttl_minutes IS NOT NULL FOR UPDATE OF l SKIP LOCKED)
+        WHERE f.expires_at IS NOT NULL AND l.ttl_minutes IS NOT NULL
+        FOR UPDATE OF l SKIP LOCKED)
 )
-SELECT * FROM found ORDER BY {order}updated_at DESC, namespace, key""").format(
-        columns=sql.SQL(_COLUMNS), table=_table(schema), live=sql.SQL(_LIVE),
-        condition=condition, refresh=sql.SQL(_REFRESH), under=_under(prefix, params),
-        source=source, score=score, order=order)
-    return query, params
+SELECT * FROM found ORDER BY {order}updated_at DESC, namespace, key"""), params
 
 
-def _under(prefix: Sequence[str], params: dict[str, Any]) -> sql.Composable:
+def _under(prefix: Sequence[str], params: dict[str, Any]) -> str:
     """The namespaces that start with the whole segments ``prefix``, as an index range
     (`lgd_store_items_namespace_c_idx`): under byte order ("C"), every array starting with
-    ``[..., last]`` lies between it and ``[..., last || chr(1)]``, and no other (text holds
-    no chr(0)). The exact test stays beside the range."""
+    ``[..., last]`` lies between it and ``[..., last || chr(1)]``, and no other: an array
+    in between has the same first segments and a segment at ``last``'s place that starts
+    with ``last`` and goes on with a character below chr(1), which text cannot hold
+    (chr(0)). So the range is the whole test, with no per-row check beside it."""
     if not prefix:
-        return sql.SQL("true")
+        return "true"
     params["under"] = list(prefix)
     params["under_end"] = [*prefix[:-1], prefix[-1] + "\x01"]
-    params["under_depth"] = len(prefix)
-    return sql.SQL(
-        '(namespace COLLATE "C") >= %(under)s::text[] '
-        'AND (namespace COLLATE "C") < %(under_end)s::text[] '
-        "AND namespace[1:%(under_depth)s] = %(under)s::text[]")
+    return ('(namespace COLLATE "C") >= %(under)s::text[] '
+            'AND (namespace COLLATE "C") < %(under_end)s::text[]')
 
 
 def list_namespaces_statement(
     schema: str, conditions: Sequence[tuple[str, Sequence[str]]], max_depth: int | None,
     limit: int, offset: int,
-) -> tuple[sql.Composed, dict[str, Any]]:
+) -> tuple[sql.SQL, dict[str, Any]]:
     """The distinct namespaces of live items matching every (``"prefix"``/``"suffix"``,
     path) condition, ``"*"`` matching any one segment, cut to ``max_depth``, sorted."""
     params: dict[str, Any] = {"limit": limit, "offset": offset, "depth": max_depth}
-    parts: list[sql.Composable] = [sql.SQL(_LIVE)]
+    parts = [_LIVE]
     for kind, path in conditions[:1]:  # the leading labels of a prefix: an index range
         if kind == "prefix":
             fixed = list(itertools.takewhile(lambda label: label != "*", path))
@@ -241,30 +241,30 @@ def list_namespaces_statement(
     for number, (kind, path) in enumerate(conditions):
         if kind not in ("prefix", "suffix"):
             raise ConfigurationError(f"a namespace match is 'prefix' or 'suffix', got {kind!r}")
-        parts.append(sql.SQL("cardinality(namespace) >= {}").format(sql.Literal(len(path))))
+        parts.append(f"cardinality(namespace) >= {len(path):d}")
         for index, label in enumerate(path):
             if label == "*":
                 continue
             name = f"m{number}_{index}"
             params[name] = label
-            position = (sql.Literal(index + 1) if kind == "prefix" else sql.SQL(
-                "cardinality(namespace) - {} ").format(sql.Literal(len(path) - index - 1)))
-            parts.append(sql.SQL("namespace[{}] = %({})s").format(position, sql.SQL(name)))
+            position = (f"{index + 1:d}" if kind == "prefix"
+                        else f"cardinality(namespace) - {len(path) - index - 1:d}")
+            parts.append(f"namespace[{position}] = %({name})s")
     truncated = "namespace" if max_depth is None else "namespace[1:%(depth)s]"
-    query = sql.SQL("""
-SELECT ns FROM (SELECT DISTINCT {truncated} AS ns FROM {table} WHERE {where}) s
-ORDER BY ns COLLATE "C" LIMIT %(limit)s OFFSET %(offset)s""").format(
-        truncated=sql.SQL(truncated), table=_table(schema),
-        where=sql.SQL(" AND ").join(parts))
-    return query, params
+    where = " AND ".join(parts)
+    return sql.SQL(f"""
+SELECT ns FROM (SELECT DISTINCT {truncated} AS ns FROM {_table(schema)} WHERE {where}) s
+ORDER BY ns COLLATE "C" LIMIT %(limit)s OFFSET %(offset)s"""), params
 
 
-def _table(schema: str) -> sql.Composed:
-    return sql.SQL("{}.lgd_store_items").format(sql.Identifier(schema))
+@functools.cache
+def _table(schema: str) -> str:
+    return f"{sql.Identifier(schema).as_string(None)}.lgd_store_items"
 
 
-def compile_filter(where: Mapping[str, Any], params: dict[str, Any]) -> sql.Composable:
-    """``where`` as a SQL condition on ``value``; its values go into ``params``.
+def compile_filter(where: Mapping[str, Any], params: dict[str, Any]) -> str:
+    """``where`` as a SQL condition on ``value``; its values go into ``params`` (the text
+    holds only fixed SQL and their placeholders).
 
     ``{"k": v}`` is equality (``k`` may be a dotted path into nested objects);
     ``{"k": {"$gt": 1}}`` compares by the operand's type; ``{"$and": [...]}`` and
@@ -275,15 +275,14 @@ def compile_filter(where: Mapping[str, Any], params: dict[str, Any]) -> sql.Comp
     """
     if not isinstance(where, Mapping):
         raise ConfigurationError(f"a store filter is a mapping, got {type(where).__name__}")
-    parts: list[sql.Composable] = []
+    parts: list[str] = []
     for field, wanted in where.items():
         if field in ("$and", "$or"):
             if not isinstance(wanted, (list, tuple)):
                 raise ConfigurationError(f"{field} takes a list of filters, got {wanted!r}")
-            joined = sql.SQL(" AND " if field == "$and" else " OR ").join(
-                [compile_filter(sub, params) for sub in wanted])
-            empty = sql.SQL("true" if field == "$and" else "false")
-            parts.append(sql.SQL("({})").format(joined) if wanted else empty)
+            joined = (" AND " if field == "$and" else " OR ").join(
+                compile_filter(sub, params) for sub in wanted)
+            parts.append(f"({joined})" if wanted else "true" if field == "$and" else "false")
         elif field.startswith("$"):
             raise ConfigurationError(f"unknown store filter operator {field!r}")
         elif isinstance(wanted, Mapping) and wanted and all(str(k).startswith("$")
@@ -292,33 +291,34 @@ def compile_filter(where: Mapping[str, Any], params: dict[str, Any]) -> sql.Comp
                 parts.append(_compare(field, operator, operand, params))
         else:
             parts.append(_compare(field, "$eq", wanted, params))
-    return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
+    return " AND ".join(parts) if parts else "true"
 
 
-def _compare(field: str, operator: str, operand: Any, params: dict[str, Any]) -> sql.Composable:
+def _compare(field: str, operator: str, operand: Any, params: dict[str, Any]) -> str:
     """One comparison of the value at ``field`` with ``operand``, by the operand's type."""
     if operator not in _OPERATORS:
         raise ConfigurationError(
             f"unknown store filter operator {operator!r} (known: {', '.join(_OPERATORS)})")
     number = len(params)
     path, value = f"p{number}", f"v{number}"
-    params[path] = field.split(".")
-    at = sql.SQL("(value #> %({})s)").format(sql.SQL(path))
-    symbol = sql.SQL(_OPERATORS[operator])
+    keys = field.split(".")
+    params[path] = keys[0] if len(keys) == 1 else keys
+    at = f"(value {'->' if len(keys) == 1 else '#>'} %({path})s)"
+    symbol = _OPERATORS[operator]
     if operator in ("$eq", "$ne"):
         params[value] = json.dumps(operand)
-        test = sql.SQL("{} {} %({})s::jsonb").format(at, symbol, sql.SQL(value))
+        test = f"{at} {symbol} %({value})s::jsonb"
         if operator == "$ne":  # a missing field differs from every value
-            return sql.SQL("({} IS NULL OR {})").format(at, test)
+            return f"({at} IS NULL OR {test})"
         return test
-    params[value] = operand
     if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
         raise ConfigurationError(
             f"{operator} compares numbers or strings, got {type(operand).__name__}")
-    if isinstance(operand, str):
-        return sql.SQL(
-            "(CASE WHEN jsonb_typeof({at}) = 'string' THEN ({at} #>> '{{}}') COLLATE \"C\" "
-            "{op} %({v})s ELSE false END)").format(at=at, op=symbol, v=sql.SQL(value))
-    return sql.SQL(
-        "(CASE WHEN jsonb_typeof({at}) = 'number' THEN ({at})::numeric {op} %({v})s::numeric "
-        "ELSE false END)").format(at=at, op=symbol, v=sql.SQL(value))
+    if isinstance(operand, str):  # by code point, as Python does (jsonb would collate)
+        params[value] = operand
+        return (f"(jsonb_typeof({at}) = 'string' AND ({at} #>> '{{}}') COLLATE \"C\" "
+                f"{symbol} %({value})s)")
+    if not math.isfinite(operand):
+        raise ConfigurationError(f"{operator} compares with a finite number, got {operand!r}")
+    params[value] = json.dumps(operand)  # jsonb compares two numbers as numeric
+    return f"(jsonb_typeof({at}) = 'number' AND {at} {symbol} %({value})s::jsonb)"
