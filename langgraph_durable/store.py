@@ -17,7 +17,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import Any, ClassVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from langgraph.store.base import BaseStore, Op, Result, TTLConfig, validate_op_namespace
 
@@ -32,6 +32,9 @@ from langgraph_durable._core.strict import default_serde
 from langgraph_durable._tiers.engine import Engine
 from langgraph_durable.config import SaverConfig
 from langgraph_durable.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from langgraph_durable.saver import DurableSaver
 
 logger = logging.getLogger("langgraph_durable")
 
@@ -50,6 +53,9 @@ class DurableStore(BaseStore):
             Postgres server (`setup` says so when it is missing); searches rank exactly,
             within the namespace prefix and the filter.
         cache_ttl: seconds a cached item lives in Redis without being read from Postgres.
+        saver: a `DurableSaver` whose connections the store shares: its servers, schema,
+            key prefix, pools and breakers (no URLs, schema, prefix or options beside it).
+            One set of pools per process serves both; `close` leaves them to the saver.
         **options: any other `SaverConfig` option (pool sizes, timeouts).
 
     Raises:
@@ -71,6 +77,7 @@ class DurableStore(BaseStore):
         ttl: TTLConfig | None = None,
         index: Any = None,
         cache_ttl: int = 3600,
+        saver: DurableSaver | None = None,
         **options: Any,
     ) -> None:
         self.index_config: dict[str, Any] | None = None if index is None else dict(index)
@@ -78,19 +85,32 @@ class DurableStore(BaseStore):
         self.embeddings = None if self._index is None else self._index.embeddings
         if not isinstance(cache_ttl, int) or cache_ttl < 1:
             raise ConfigurationError("cache_ttl must be a whole number of seconds, at least 1")
-        self.config = SaverConfig.from_env(redis_url=redis_url, postgres_url=postgres_url,
-                                           key_prefix=key_prefix, schema=schema, **options)
         self.ttl_config = ttl
         self._sweeper: concurrent.futures.Future[None] | None = None
         self._sweeper_stop = threading.Event()
         self._asweeper: tuple[asyncio.Task[None], asyncio.Event] | None = None
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher] = (
             weakref.WeakKeyDictionary())
+        self._owns_engine = saver is None
+        if saver is not None:
+            given = [name for name, value in (("redis_url", redis_url),
+                                              ("postgres_url", postgres_url)) if value]
+            given += [name for name, value, default in (("schema", schema, "public"),
+                                                        ("key_prefix", key_prefix, "lgd"))
+                      if value != default] + sorted(options)
+            if given:
+                raise ConfigurationError(
+                    f"a store made from a saver takes its servers, schema, key prefix and "
+                    f"options from it; drop {', '.join(given)} (or build the store alone)")
+            self.config, self.engine = saver.config, saver.engine
+        else:
+            self.config = SaverConfig.from_env(redis_url=redis_url, postgres_url=postgres_url,
+                                               key_prefix=key_prefix, schema=schema, **options)
+            self.engine = Engine(
+                self.config, default_serde(None, self.config),
+                redis_url_given=redis_url is not None or "LGD_REDIS_URL" in os.environ,
+                postgres_url_given=postgres_url is not None or "LGD_POSTGRES_URL" in os.environ)
         self.cache = core.CacheSettings(prefix=self.config.key_prefix, ttl=cache_ttl)
-        self.engine = Engine(
-            self.config, default_serde(None, self.config),
-            redis_url_given=redis_url is not None or "LGD_REDIS_URL" in os.environ,
-            postgres_url_given=postgres_url is not None or "LGD_POSTGRES_URL" in os.environ)
 
     @property
     def migrations(self) -> tuple[Migration, ...]:
@@ -121,15 +141,18 @@ class DurableStore(BaseStore):
             await self.engine.arun(semantic.setup(self.config.schema, self._index))
 
     def close(self) -> None:
-        """Stop the TTL sweeper thread, if one runs, and close the blocking clients."""
+        """Stop the TTL sweeper thread, if one runs, and close the blocking clients (a
+        saver's, when made from one, stay open for it)."""
         self.stop_ttl_sweeper()
-        self.engine.close()
+        if self._owns_engine:
+            self.engine.close()
 
     async def aclose(self) -> None:
         """Stop the TTL sweeper task, if one runs, and close the running event loop's
-        clients."""
+        clients (a saver's, when made from one, stay open for it)."""
         await self.astop_ttl_sweeper()
-        await self.engine.aclose()
+        if self._owns_engine:
+            await self.engine.aclose()
 
     def __enter__(self) -> DurableStore:
         return self

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
-from langgraph_durable import DurableStore
+from langgraph_durable import ConfigurationError, DurableStore
 
 
 def _root() -> str:
@@ -149,3 +151,40 @@ def test_from_conn_string_sets_up_and_closes(namespace: tuple[str, str]) -> None
         store.put(("fc",), "k", {"v": 1})
         got = store.get(("fc",), "k")
         assert got is not None and got.value == {"v": 1}
+
+
+def test_a_store_made_from_a_saver_shares_its_connections(namespace: tuple[str, str]) -> None:
+    """``DurableStore(saver=...)`` runs on the saver's pools, schema and prefix, sync and
+    async; closing the store leaves the saver working; anything else beside ``saver``
+    is refused."""
+    from langgraph_durable import DurableSaver
+    from tests.support.servers import POSTGRES_URL, REDIS_URL
+
+    schema, prefix = namespace
+    saver = DurableSaver(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix)
+    saver.setup()
+    store = DurableStore(saver=saver, cache_ttl=60)
+    assert store.engine is saver.engine and store.config.schema == schema
+    ns = (_root(),)
+    store.put(ns, "k", {"v": 1})
+    assert asyncio.run(store.aget(ns, "k")).value == {"v": 1}  # type: ignore[union-attr]
+    alone = DurableStore(REDIS_URL, POSTGRES_URL, schema=schema, key_prefix=prefix)
+    assert alone.get(ns, "k").value == {"v": 1}  # type: ignore[union-attr]
+    alone.close()
+    tiers = saver.engine.tiers()
+    store.close()
+    assert saver.engine.tiers() is tiers and not tiers.pool.closed  # the saver's, still open
+    assert saver.engine.run(saver_probe()) == 1
+    saver.close()
+    with pytest.raises(ConfigurationError, match="schema"):
+        DurableStore(saver=saver, schema="other")
+
+
+def saver_probe() -> Iterator[object]:
+    """An operation that asks Postgres for 1 (the saver's pool still lends connections)."""
+    from psycopg import sql
+
+    from langgraph_durable._core.requests import Cold
+
+    rows = (yield Cold.one(sql.SQL("SELECT 1 AS one"), {}, fetch=True))[0]
+    return rows[0]["one"]
