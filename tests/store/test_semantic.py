@@ -18,7 +18,7 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from langgraph_durable import ConfigurationError, DurableStore
-from tests.support.servers import POSTGRES_URL, REDIS_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL, drop_prefix
 
 DIMS = 26
 
@@ -75,6 +75,7 @@ def make_indexed(vector_postgres_url: str) -> Iterator[MakeStore]:
         store.close()
     with psycopg.connect(vector_postgres_url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    drop_prefix(prefix)
 
 
 def _vector_rows(store: DurableStore, ns: tuple[str, ...], key: str) -> list[str]:
