@@ -65,8 +65,10 @@ from langgraph_durable.errors import (
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
-# (token, ttl, the committed row or None, journal) -> the hot script call
-HotCall = Callable[[str, int, dict[str, Any] | None, Journal | None], Hot]
+# (intent token, ttl, the committed row) -> the write-through update
+ThroughCall = Callable[[str, int, dict[str, Any]], Hot]
+# the journal entry -> the write-behind script
+BehindCall = Callable[[Journal], Hot]
 
 
 def put(
@@ -82,17 +84,20 @@ def put(
     where, marks = stored.where, ctx.lineage.caller(config)
     yield from stored_types.record(ctx, stored.types, where)
     cas = marks.extends(where.thread_id, where.checkpoint_ns, stored.parent_id)
-    keys = ctx.layout.thread(stored.where.thread_id)
+    keys, ns = ctx.layout.thread(where.thread_id), where.checkpoint_ns
     token_v = ctx.tokens.new()
+    fields = _checkpoint_fields(stored, ctx.config.hot_checkpoints, token_v)
     rows = yield from _write(
         ctx,
         keys,
-        stored.where,
+        where,
         lambda: _put_statement(ctx, stored, cas),
         lambda: seal_entry(ctx, pack_checkpoint_entry(stored)),
-        lambda token, ttl, row, journal: _put_hot(
-            keys, stored, token, ttl, row, cas, ctx.config.hot_checkpoints, token_v, journal,
-        ),
+        through=lambda token, ttl, row: scripts.put_through(
+            keys, ns, fields, token=token, ttl=ttl, version=int(row["version"]),
+            head=row["head"] == stored.checkpoint_id),
+        behind=lambda journal: scripts.put_behind(keys, ns, fields, extends=cas,
+                                                  journal=journal),
     )
     if rows == []:
         yield from _conflict(ctx, stored.where, stored.parent_id, None, stored.checkpoint_id)
@@ -116,40 +121,59 @@ def _write(
     where: Location,
     statement: Callable[[], Statement],
     entry: Callable[[], bytes],
-    hot: HotCall,
+    *,
+    through: ThroughCall,
+    behind: BehindCall,
 ) -> Op[list[Any] | None]:
     """The one write protocol of `put` and `put_writes`; returns the statement's rows
     (``None`` when the write went to Redis alone).
 
-    Write-behind: one hot script stores the change and journals ``entry``; while Redis is
-    bypassed it raises rather than write Postgres under entries Redis may still hold (also
-    when the script sends it through Postgres and then its intent cannot be recorded).
-    Write-through, or write-behind for a thread Redis does not hold: intent, Postgres
-    commit, then the hot script with the committed version (which clears the intent),
-    in write-through sent without waiting for its reply: until it lands, the intent sends
-    readers to Postgres.
-    ``hot(token, ttl, committed row, journal)`` builds the script call.
+    Write-behind: one hot script stores the change and journals ``entry`` (`_journaled`);
+    when Redis sends it through Postgres, it goes on as written through, and waits for
+    its update. Write-through: intent, Postgres commit, then the hot script with the
+    committed version (which clears the intent), sent without waiting for its reply: until
+    it lands, the intent sends readers to Postgres (`_committed`).
     """
-    behind = ctx.config.write_mode == "behind"
-    if behind:
-        layout = ctx.layout
-        shard = layout.shard(where.thread_id)
-        journal_entry = Journal(  # the bounds are split evenly over the shards
-            layout.journal(shard),
-            layout.journal_bytes(shard),
-            entry(),
-            -(-ctx.config.max_unflushed // layout.shards),
-            -(-ctx.config.max_unflushed_bytes // layout.shards),
-        )
-        reply = yield from try_hot(ctx, hot("", -1, None, journal_entry))
-        if reply is None:
-            raise bypassed(where.thread_id)
-        refused = scripts.refusal(reply, journal_entry)
-        if refused is None:
-            return None  # journaled
-        if refused[0] is Reply.CONFLICT:
-            yield from _conflict(ctx, where, where.checkpoint_id, refused[1])
-        # "cold": through Postgres below (the intent tells whether to drain first)
+    written_behind = ctx.config.write_mode == "behind"
+    if written_behind and (yield from _journaled(ctx, where, entry, behind)):
+        return None
+    return (yield from _committed(ctx, keys, where, statement, through,
+                                  behind=written_behind))
+
+
+def _journaled(ctx: Context, where: Location, entry: Callable[[], bytes],
+               behind: BehindCall) -> Op[bool]:
+    """Whether Redis stored and journaled the write. It refuses one that must go through
+    Postgres (its index is not hot, or a write through Postgres is in flight on the
+    thread), and raises rather than write Postgres under entries Redis may still hold
+    while Redis is bypassed."""
+    layout = ctx.layout
+    shard = layout.shard(where.thread_id)
+    journal_entry = Journal(  # the bounds are split evenly over the shards
+        layout.journal(shard),
+        layout.journal_bytes(shard),
+        entry(),
+        -(-ctx.config.max_unflushed // layout.shards),
+        -(-ctx.config.max_unflushed_bytes // layout.shards),
+    )
+    reply = yield from try_hot(ctx, behind(journal_entry))
+    if reply is None:
+        raise bypassed(where.thread_id)
+    refused = scripts.refusal(reply, journal_entry)
+    if refused is None:
+        return True
+    if refused[0] is Reply.CONFLICT:
+        yield from _conflict(ctx, where, where.checkpoint_id, refused[1])
+    return False  # "cold": through Postgres (the intent tells whether to drain first)
+
+
+def _committed(ctx: Context, keys: ThreadKeys, where: Location,
+               statement: Callable[[], Statement], through: ThroughCall, *,
+               behind: bool) -> Op[list[Any]]:
+    """Intent, Postgres commit, then the update of the committed rows (or the intent's
+    release when the statement stored nothing). ``behind``: a write-behind write Redis
+    sent through Postgres, which fails closed without an intent and waits for its update
+    (else the thread's next write would find the intent and go through Postgres too)."""
     token = yield from announce(ctx, keys, ns=where.checkpoint_ns)
     if token is None and behind:
         # no intent, so other savers' write-behind writes of the thread would go on in
@@ -164,10 +188,7 @@ def _write(
             yield from try_hot(ctx, release(keys, token))
         raise
     if token is not None:
-        update = hot(token, ctx.ttl_ms, rows[0], None) if rows else release(keys, token)
-        # write-through: the intent covers readers until this lands, so nothing waits for
-        # it; a write-behind write waits, or the thread's next write would find the intent
-        # and go through Postgres too
+        update = through(token, ctx.ttl_ms, rows[0]) if rows else release(keys, token)
         yield from try_hot(ctx, update if behind else update.sent_only())
     return rows
 
@@ -244,31 +265,15 @@ def _put_statement(ctx: Context, stored: StoredCheckpoint, cas: bool) -> Stateme
     )
 
 
-def _put_hot(
-    keys: ThreadKeys,
-    stored: StoredCheckpoint,
-    token: str,
-    ttl: int,
-    row: dict[str, Any] | None,
-    cas: bool,
-    keep: int,
-    token_v: str,
-    journal: Journal | None = None,
-) -> Hot:
-    ns = stored.where.checkpoint_ns
-    if row is None:  # write-behind: the script itself checks the head when asked
-        version, head = 0, "1" if cas else "0"
-    else:  # write-through, after the commit
-        version, head = int(row["version"]), "h" if row["head"] == stored.checkpoint_id else "0"
+def _checkpoint_fields(stored: StoredCheckpoint, keep: int,
+                       token_v: str) -> scripts.CheckpointFields:
     blob_pairs: list[str | bytes] = []
-    for channel, version_, frame in stored.blobs:
-        blob_pairs += [blob_field(channel, version_), frame]
-    return scripts.put(
-        keys, ns, token=token, ttl=ttl, checkpoint_id=stored.checkpoint_id, frame=stored.frame,
-        metadata=stored.metadata, parent=stored.parent_id or "", refs=json.dumps(stored.refs),
-        keep=keep, token_v=token_v, version=version, head=head, blob_pairs=blob_pairs,
-        journal=journal,
-    )
+    for channel, version, frame in stored.blobs:
+        blob_pairs += [blob_field(channel, version), frame]
+    return scripts.CheckpointFields(
+        checkpoint_id=stored.checkpoint_id, frame=stored.frame, metadata=stored.metadata,
+        parent=stored.parent_id or "", refs=json.dumps(stored.refs), blob_pairs=blob_pairs,
+        keep=keep, token_v=token_v)
 
 
 def put_writes(
@@ -283,17 +288,21 @@ def put_writes(
     if not stored:
         return None
     yield from stored_types.record(ctx, set().union(*(w.types for w in stored)), where)
-    keys = ctx.layout.thread(where.thread_id)
+    keys, ns, checkpoint_id = (ctx.layout.thread(where.thread_id), where.checkpoint_ns,
+                               where.checkpoint_id)
+    assert checkpoint_id is not None  # locate(need_id=True)
+    fields = write_fields(stored)
     rows = yield from _write(
         ctx,
         keys,
         where,
         lambda: _writes_statement(ctx, where, stored),
         lambda: seal_entry(ctx, pack_writes_entry(where, stored)),
-        lambda token, ttl, row, journal: _writes_hot(
-            keys, where, stored, token, ttl, int(row["version"]) if row else 0,
-            ctx.tokens.new(), journal,
-        ),
+        through=lambda token, ttl, row: scripts.put_writes_through(
+            keys, ns, checkpoint_id, fields, token=token, ttl=ttl, token_v=ctx.tokens.new(),
+            version=int(row["version"])),
+        behind=lambda journal: scripts.put_writes_behind(
+            keys, ns, checkpoint_id, fields, token_v=ctx.tokens.new(), journal=journal),
     )
     if rows == []:  # Postgres stored nothing: the checkpoint's history was deleted
         yield from _conflict(ctx, where, where.checkpoint_id, None)
@@ -322,25 +331,12 @@ def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite]) 
     )
 
 
-def _writes_hot(
-    keys: ThreadKeys,
-    where: Location,
-    stored: list[StoredWrite],
-    token: str,
-    ttl: int,
-    version: int,
-    token_v: str,
-    journal: Journal | None = None,
-) -> Hot:
-    assert where.checkpoint_id is not None
-    ns = where.checkpoint_ns
+def write_fields(stored: list[StoredWrite]) -> list[str | bytes]:
+    """Pending writes as put_writes.lua takes them: field, value, mode per write."""
     fields: list[str | bytes] = []
     for w in stored:
         fields += [write_field(w.task_id, w.idx), pack_write(w), "r" if w.special else "n"]
-    return scripts.put_writes(
-        keys, ns, where.checkpoint_id, token=token, ttl=ttl, token_v=token_v,
-        version=version, writes=fields, journal=journal,
-    )
+    return fields
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -24,15 +24,8 @@ PAIRS = ["ch\x001", b"blob", "ch\x002", b"blob"]  # two blob pairs
 WRITES = ["w:0:t", b"v", "n", "w:1:t", b"v", "r", "w:2:t", b"v", "n"]  # three writes
 
 
-def _put(journal: thread.Journal | None) -> Hot:
-    return thread.put(KEYS, "ns", token="", ttl=0, checkpoint_id="c", frame=b"f",
-                      metadata=b"{}", parent="", refs="[]", keep=0, token_v="v", version=0,
-                      head="0", blob_pairs=PAIRS, journal=journal)
-
-
-def _put_writes(journal: thread.Journal | None) -> Hot:
-    return thread.put_writes(KEYS, "ns", "c", token="", ttl=0, token_v="v", version=0,
-                             writes=WRITES, journal=journal)
+FIELDS = thread.CheckpointFields(checkpoint_id="c", frame=b"f", metadata=b"{}", parent="",
+                                 refs="[]", blob_pairs=PAIRS, keep=0, token_v="v")
 
 
 # Each script's call through its builder, with the values its sequences got (in order).
@@ -48,10 +41,16 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "release": (thread.release(KEYS, "tok"), []),
     "fence": (thread.fence(KEYS, "tok", 2, 1), []),
     "drop_thread": (thread.drop_thread(KEYS, "", 1, 0, only_flushed=True), []),
-    "put": (_put(None), [PAIRS]),
-    "put_behind": (_put(JOURNAL), [PAIRS]),
-    "put_writes": (_put_writes(None), [WRITES]),
-    "put_writes_behind": (_put_writes(JOURNAL), [WRITES]),
+    # the write-through calls with the values of their write-behind twins, so that the two
+    # compare (test_the_journal_entry_follows_the_write)
+    "put": (thread.put_through(KEYS, "ns", FIELDS, token="", ttl=-1, version=0, head=False),
+            [PAIRS]),
+    "put_behind": (thread.put_behind(KEYS, "ns", FIELDS, extends=False, journal=JOURNAL),
+                   [PAIRS]),
+    "put_writes": (thread.put_writes_through(KEYS, "ns", "c", WRITES, token="", ttl=-1,
+                                             token_v="v", version=0), [WRITES]),
+    "put_writes_behind": (thread.put_writes_behind(KEYS, "ns", "c", WRITES, token_v="v",
+                                                   journal=JOURNAL), [WRITES]),
     "marks": (shards.marks(LAYOUT, 0, 5), []),
     "flush_read": (shards.flush_read(LAYOUT, 0, group="g", consumer="c", count=1, reclaim=1,
                                      cap=1, forget=0), []),

@@ -52,15 +52,15 @@ def _intent(client: redis.Redis, keys: ThreadKeys, token: str, member_prefix: st
                                          member_prefix)))
 
 
-def _put(client: redis.Redis, keys: ThreadKeys, checkpoint_id: str, *, ns: str = "",
-         version: int = 0, token: str = "", head: str = "0",
-         journal: thread.Journal | None = None) -> Any:
-    return run(client, thread.put(
-        keys, ns, token=token, ttl=TTL if journal is None else -1,
+def _put(client: redis.Redis, keys: ThreadKeys, checkpoint_id: str, *, version: int,
+         token: str, head: bool) -> Any:
+    """A write-through put of ``checkpoint_id`` committed at ``version``."""
+    fields = thread.CheckpointFields(
         checkpoint_id=checkpoint_id, frame=b"frame-" + checkpoint_id.encode(),
-        metadata=b'{"step": 1}', parent="", refs=json.dumps(["ch\x001"]), keep=0,
-        token_v="tok-" + checkpoint_id, version=version, head=head,
-        blob_pairs=["ch\x001", b"blob-1"], journal=journal))
+        metadata=b'{"step": 1}', parent="", refs=json.dumps(["ch\x001"]),
+        blob_pairs=["ch\x001", b"blob-1"], keep=0, token_v="tok-" + checkpoint_id)
+    return run(client, thread.put_through(keys, "", fields, token=token, ttl=TTL,
+                                          version=version, head=head))
 
 
 def _journal(layout: Layout, payload: bytes = b"entry", max_entries: int = 100) -> thread.Journal:
@@ -98,7 +98,7 @@ def test_put_through_then_get(client: redis.Redis, layout: Layout) -> None:
     misses on another namespace, handing out the ticket it was given."""
     keys = layout.thread("t")
     _intent(client, keys, "tok")
-    assert _put(client, keys, "c1", version=7, token="tok", head="h") == 1
+    assert _put(client, keys, "c1", version=7, token="tok", head=True) == 1
     assert client.zrange(keys.index(""), 0, -1) == [b"c1"]
     assert client.hget(keys.versions, keys.version_field("")) == b"7"
     assert client.zcard(keys.intents) == 0
@@ -118,10 +118,10 @@ def test_put_writes_through(client: redis.Redis, layout: Layout) -> None:
     """Pending writes land in the checkpoint's hash: ordinary ones first-write-wins."""
     keys = layout.thread("t")
     _intent(client, keys, "tok")
-    _put(client, keys, "c1", version=7, token="tok", head="h")
+    _put(client, keys, "c1", version=7, token="tok", head=True)
     _intent(client, keys, "tok2")
-    request = thread.put_writes(keys, "", "c1", token="tok2", ttl=TTL, token_v="v2",
-                                version=8, writes=["w:0:task", b"one", "n"], journal=None)
+    request = thread.put_writes_through(keys, "", "c1", ["w:0:task", b"one", "n"],
+                                        token="tok2", ttl=TTL, token_v="v2", version=8)
     assert run(client, request) == 1
     assert client.hget(keys.checkpoint("", "c1"), "w:0:task") == b"one"
     assert client.hget(keys.checkpoint("", "c1"), "v") == b"v2"
@@ -145,11 +145,12 @@ def test_known_empty_then_put_behind(client: redis.Redis, layout: Layout) -> Non
     assert client.zrange(keys.index(""), 0, -1) == [b"c1"]
 
 
-def _put_behind(keys: ThreadKeys, layout: Layout, checkpoint_id: str, **journal: Any) -> Hot:
-    return thread.put(
-        keys, "", token="", ttl=-1, checkpoint_id=checkpoint_id, frame=b"f", metadata=b"{}",
-        parent="", refs="[]", keep=0, token_v="v", version=0, head="0", blob_pairs=[],
-        journal=_journal(layout, **journal))
+def _put_behind(keys: ThreadKeys, layout: Layout, checkpoint_id: str, ns: str = "",
+                **journal: Any) -> Hot:
+    fields = thread.CheckpointFields(checkpoint_id=checkpoint_id, frame=b"f", metadata=b"{}",
+                                     parent="", refs="[]", blob_pairs=[], keep=0, token_v="v")
+    return thread.put_behind(keys, ns, fields, extends=False,
+                             journal=_journal(layout, **journal))
 
 
 def test_put_behind_refusals(client: redis.Redis, layout: Layout) -> None:
@@ -170,13 +171,10 @@ def test_put_writes_behind_and_list_unflushed(client: redis.Redis, layout: Layou
     keys = layout.thread("t")
     missed = thread.found(run(client, thread.get(keys, "sub", "", TTL, "ticket")))
     run(client, thread.known_empty(keys, "sub", missed.ticket))
-    run(client, thread.put(
-        keys, "sub", token="", ttl=-1, checkpoint_id="c1", frame=b"f", metadata=b"{}",
-        parent="", refs="[]", keep=0, token_v="v", version=0, head="0", blob_pairs=[],
-        journal=_journal(layout)))
-    entry = run(client, thread.put_writes(
-        keys, "sub", "c1", token="", ttl=-1, token_v="v2", version=0,
-        writes=["w:0:task", WRITE, "n"], journal=_journal(layout, b"writes")))
+    run(client, _put_behind(keys, layout, "c1", ns="sub"))
+    entry = run(client, thread.put_writes_behind(
+        keys, "sub", "c1", ["w:0:task", WRITE, "n"], token_v="v2",
+        journal=_journal(layout, b"writes")))
     assert thread.refusal(entry, _journal(layout)) is None
     assert client.hget(keys.unflushed, keys.unflushed_member("sub", "c1")) == b"2"
     complete, [(ns, record)] = thread.unflushed_records(run(client, thread.list_unflushed(keys)))
@@ -305,7 +303,7 @@ def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
     right type stay."""
     keys = layout.thread("t")
     _intent(client, keys, "tok")
-    assert _put(client, keys, "c1", version=7, token="tok", head="h") == 1
+    assert _put(client, keys, "c1", version=7, token="tok", head=True) == 1
     assert client.sismember(keys.registry, keys.checkpoint("", "c1"))
     client.delete(keys.blobs(""), keys.checkpoint("", "c1"))
     client.set(keys.blobs(""), "a string")  # a registry member of another type

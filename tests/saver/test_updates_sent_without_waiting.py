@@ -21,6 +21,7 @@ from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.records import encode_writes, locate
 from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.scripts import shards
+from langgraph_durable._core.scripts import thread as scripts
 from langgraph_durable._core.scripts.registry import SCRIPTS
 from langgraph_durable._tiers import aio, sync
 from langgraph_durable.config import SaverConfig
@@ -209,7 +210,10 @@ def test_special_writes_landing_out_of_order_keep_each_fields_newest(
 
             def op() -> Any:
                 token_v = ctx.tokens.new()
-                return (yield writes._writes_hot(keys, where, stored, "", 0, version, token_v))
+                return (yield scripts.put_writes_through(
+                    keys, where.checkpoint_ns, config["configurable"]["checkpoint_id"],
+                    writes.write_fields(stored), token="", ttl=0, token_v=token_v,
+                    version=version))
 
             saver.engine.run(op())
 

@@ -13,4 +13,4 @@
 -- ARGV[18+2n] max_bytes       its bound, in payload bytes
 --
 -- returns the entry's id | {COLD} | {CONFLICT, head} | {BACKLOG, entries, bytes}
-return journaled(write, 14 + 2 * tonumber(ARGV[14]), KEYS[8], KEYS[9], KEYS[6])
+return journaled(write_behind, 14 + 2 * tonumber(ARGV[14]), KEYS[8], KEYS[9], KEYS[6])

@@ -5,4 +5,4 @@
 --!include prelude.lua
 --!include replies
 --!include put_writes.lua
-return write() or 1
+return write_through() or 1

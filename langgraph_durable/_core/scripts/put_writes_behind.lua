@@ -13,4 +13,4 @@
 -- ARGV[10+3n] max_bytes       its bound, in payload bytes
 --
 -- returns the entry's id | {COLD} | {BACKLOG, entries, bytes}
-return journaled(write, 6 + 3 * tonumber(ARGV[6]), KEYS[8], KEYS[9], KEYS[4])
+return journaled(write_behind, 6 + 3 * tonumber(ARGV[6]), KEYS[8], KEYS[9], KEYS[4])

@@ -178,39 +178,75 @@ def drop_thread(keys: ThreadKeys, token: str, tombstone: int, ttl: int, *,
 # ------------------------------------------------------------------------------ writes
 
 
-def put(keys: ThreadKeys, ns: str, *, token: str, ttl: int, checkpoint_id: str, frame: bytes,
-        metadata: str | bytes, parent: str, refs: str, keep: int, token_v: str, version: int,
-        head: str, blob_pairs: Sequence[Arg], journal: Journal | None) -> Hot:
-    """Store a checkpoint: write-through after its commit, or write-behind with its
-    ``journal`` entry."""
-    values: dict[str, Any] = dict(
+@dataclass(frozen=True, slots=True)
+class CheckpointFields:
+    """What put.lua and put_behind.lua store of one checkpoint."""
+
+    checkpoint_id: str
+    frame: bytes
+    metadata: str | bytes
+    parent: str  # its parent's id, or ""
+    refs: str  # its blob fields, a JSON array
+    blob_pairs: Sequence[Arg]  # blob field, frame, ...
+    keep: int  # checkpoints kept hot per namespace (0: all)
+    token_v: str  # a new cache token
+
+
+def _put_values(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, token: str, ttl: int,
+                version: int, head: bool) -> dict[str, Any]:
+    return dict(
         intents=keys.intents, index=keys.index(ns), blobs=keys.blobs(ns),
-        checkpoint=keys.checkpoint(ns, checkpoint_id), registry=keys.registry,
+        checkpoint=keys.checkpoint(ns, fields.checkpoint_id), registry=keys.registry,
         unflushed=keys.unflushed, versions=keys.versions, token=token, ttl=ttl,
-        checkpoint_id=checkpoint_id, frame=frame, metadata=metadata, parent=parent, refs=refs,
-        keep=keep, member_prefix=keys.unflushed_member(ns, ""), token_v=token_v,
-        version=version, head=head, field=keys.version_field(ns), n=len(blob_pairs) // 2,
-        blob_pairs=blob_pairs,
+        checkpoint_id=fields.checkpoint_id, frame=fields.frame, metadata=fields.metadata,
+        parent=fields.parent, refs=fields.refs, keep=fields.keep,
+        member_prefix=keys.unflushed_member(ns, ""), token_v=fields.token_v, version=version,
+        head="1" if head else "0", field=keys.version_field(ns),
+        n=len(fields.blob_pairs) // 2, blob_pairs=fields.blob_pairs,
     )
-    if journal is None:
-        return SCRIPTS["put"].call(**values)
-    member = keys.unflushed_member(ns, checkpoint_id)
+
+
+def put_through(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, token: str, ttl: int,
+                version: int, head: bool) -> Hot:
+    """Store a checkpoint after its commit at ``version`` (``head``: committed as the
+    namespace's head) and clear the writer's intent ``token``."""
+    return SCRIPTS["put"].call(**_put_values(keys, ns, fields, token=token, ttl=ttl,
+                                             version=version, head=head))
+
+
+def put_behind(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, extends: bool,
+               journal: Journal) -> Hot:
+    """Store a checkpoint until its ``journal`` entry is flushed (``extends``: it must
+    extend the namespace's head)."""
+    values = _put_values(keys, ns, fields, token="", ttl=-1, version=0, head=extends)
+    member = keys.unflushed_member(ns, fields.checkpoint_id)
     return SCRIPTS["put_behind"].call(**values, **_journal(journal, member))
 
 
-def put_writes(keys: ThreadKeys, ns: str, checkpoint_id: str, *, token: str, ttl: int,
-               token_v: str, version: int, writes: Sequence[Arg],
-               journal: Journal | None) -> Hot:
-    """Store pending writes (``writes``: field, value, mode per write): write-through
-    after their commit, or write-behind with their ``journal`` entry."""
-    values: dict[str, Any] = dict(
+def _writes_values(keys: ThreadKeys, ns: str, checkpoint_id: str, writes: Sequence[Arg], *,
+                   token: str, ttl: int, token_v: str, version: int) -> dict[str, Any]:
+    return dict(
         intents=keys.intents, checkpoint=keys.checkpoint(ns, checkpoint_id),
         registry=keys.registry, unflushed=keys.unflushed, index=keys.index(ns),
         blobs=keys.blobs(ns), versions=keys.versions, token=token, ttl=ttl, token_v=token_v,
         version=version, field=keys.version_field(ns), n=len(writes) // 3, writes=writes,
     )
-    if journal is None:
-        return SCRIPTS["put_writes"].call(**values)
+
+
+def put_writes_through(keys: ThreadKeys, ns: str, checkpoint_id: str, writes: Sequence[Arg],
+                       *, token: str, ttl: int, token_v: str, version: int) -> Hot:
+    """Store pending writes (``writes``: field, value, mode per write) after their commit
+    at ``version``, and clear the writer's intent ``token``."""
+    return SCRIPTS["put_writes"].call(**_writes_values(
+        keys, ns, checkpoint_id, writes, token=token, ttl=ttl, token_v=token_v,
+        version=version))
+
+
+def put_writes_behind(keys: ThreadKeys, ns: str, checkpoint_id: str, writes: Sequence[Arg],
+                      *, token_v: str, journal: Journal) -> Hot:
+    """Store pending writes until their ``journal`` entry is flushed."""
+    values = _writes_values(keys, ns, checkpoint_id, writes, token="", ttl=-1,
+                            token_v=token_v, version=0)
     member = keys.unflushed_member(ns, checkpoint_id)
     return SCRIPTS["put_writes_behind"].call(**values, **_journal(journal, member))
 

@@ -1,10 +1,11 @@
--- The write of put.lua and put_behind.lua: store one checkpoint and the blobs it
--- introduces, then keep the namespace's hot history bounded: once it holds twice `keep`
--- checkpoints, the oldest are dropped down to `keep` (never one with unflushed entries),
--- with every blob version no remaining checkpoint refers to. Older checkpoints are read
--- from Postgres. `write()` returns nothing once written, else the refusal to reply.
+-- The write of put.lua (write-through, `write_through`) and put_behind.lua (write-behind,
+-- `write_behind`): store one checkpoint and the blobs it introduces (`store`), then keep
+-- the namespace's hot history bounded: once it holds twice `keep` checkpoints, the oldest
+-- are dropped down to `keep` (never one with unflushed entries), with every blob version no
+-- remaining checkpoint refers to. Older checkpoints are read from Postgres. Each write
+-- returns nothing once written, else the refusal to reply.
 --
--- Write-through (after the Postgres commit): a write older than the thread's tombstone
+-- write_through (after the Postgres commit): a write older than the thread's tombstone
 -- (the thread was deleted or invalidated after it committed) changes nothing, and so does
 -- one that cannot start a fresh index, unless Redis holds the namespace's index (a fresh
 -- index must start at the true head, also when only the index was evicted and the registry
@@ -14,7 +15,7 @@
 -- waiting) after a newer put of another writer landed and the index was evicted must not
 -- bring back the older head. Either way the namespace's version rises to the committed
 -- one, so a warm built from a Postgres read before this commit is refused.
--- Write-behind (the write itself): when head is "1" the checkpoint must extend the
+-- write_behind (the write itself): when head is "1" the checkpoint must extend the
 -- namespace's head: its parent (or itself, a retry) must be the latest id of the index.
 -- A root with head "1" must find the namespace without a head. Replies {CONFLICT, head}
 -- if it is not, and {COLD} when the index is not hot (a root too, unless a read found the
@@ -41,70 +42,18 @@
 -- ARGV[8] keep            checkpoints kept hot per namespace (0: all)
 -- ARGV[9] member_prefix   the namespace's unflushed member prefix ("<b64 ns>:")
 -- ARGV[10] token_v        a new cache token "v"
--- ARGV[11] version        the committed version (write-through), or "0"
--- ARGV[12] head           write-behind: "1" must extend the head; write-through: "h"
---                         committed as the head; else "0"
+-- ARGV[11] version        write_through: the committed version; write_behind: "0"
+-- ARGV[12] head           write_through: "1" when committed as the head, else "0";
+--                         write_behind: "1" when it must extend the head, else "0"
 -- ARGV[13] field          the namespace's field in the versions hash
 -- ARGV[14] n              number of blob pairs
 -- ARGV[15..14+2n] blob_pairs...   blob field, frame
-local function write()
+-- Store the checkpoint (an admitted write); ``version``: the committed one, or 0.
+local function store(version)
   local ttl = tonumber(ARGV[2])
   local n = tonumber(ARGV[14])
-  local version = tonumber(ARGV[11])
   local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
-  if version > 0 then
-    -- a fresh index needs a put committed as the head whose intent still stands, and whose
-    -- mark shows Redis kept the versions since: a Redis that lost the intent (emptied,
-    -- restarted) also lost the versions of any put that committed after this one; one that
-    -- kept them knows of any newer put that landed
-    local newest, tomb = held(KEYS[7], ARGV[13])
-    local marked = redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 1
-    local fresh = ARGV[12] == 'h' and redis.call('ZSCORE', KEYS[1], ARGV[1])
-      and marked and version >= newest
-    if version < tomb then
-      clear_intent(KEYS[1], KEYS[7], ARGV[1])
-      return 0
-    end
-    if not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
-                      or redis.call('EXISTS', KEYS[2]) == 0) then
-      -- nothing to join: Redis still learns the version, so a warm read before this commit
-      -- (a reader that missed after Redis lost the intent) is refused when it lands later.
-      -- Without the intent's mark, Redis lost the versions since the intent (a drop of the
-      -- thread, an eviction, a restart), a tombstone among them: "#" says so, and sends
-      -- writes-first to a namespace Redis does not hold through Postgres, which knows
-      raise_version(KEYS[7], ARGV[13], version)
-      if not marked then redis.call('HSET', KEYS[7], '#', 1) end
-      settle_versions(KEYS[7], ttl)
-      clear_intent(KEYS[1], KEYS[7], ARGV[1])
-      return 0
-    end
-  end
-  -- write-behind while a write through Postgres (or a sweep) is in flight on the thread (its
-  -- intent): Postgres orders the two
-  local listed = false  -- the registry lists the index (a write-behind write asks first)
-  if version == 0 then
-    if redis.call('ZCARD', KEYS[1]) > 0 then return {COLD} end
-    listed = redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 1
-    if not listed then
-      -- a namespace Redis does not hold goes through Postgres, which knows its head (an
-      -- index started here could hide a newer one), unless this is a root of a namespace a
-      -- read found empty since Redis last heard of it (see KNOWN_EMPTY): a root that must
-      -- find no head yet finds none (a second such root finds the index this one starts)
-      if (ARGV[12] ~= '0' and ARGV[6] ~= '')
-         or redis.call('HEXISTS', KEYS[7], '~' .. ARGV[13]) == 0
-         or held(KEYS[7], ARGV[13]) > 0 then
-        return {COLD}
-      end
-      redis.call('HDEL', KEYS[7], '~' .. ARGV[13])
-    else
-      local last = redis.call('ZRANGE', KEYS[2], -1, -1)
-      if #last == 0 then return {COLD} end
-      if ARGV[12] == '1' and last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then
-        return {CONFLICT, last[1]}
-      end
-    end
-  end
-  if not listed then adopt(KEYS[5], KEYS[2], KEYS[3], prefix) end
+  adopt(KEYS[5], KEYS[2], KEYS[3], prefix)
   -- all five fields new: this HSET made the hash (every writer of a checkpoint sets "v")
   local made = redis.call('HSET', KEYS[4], 'c', ARGV[4], 'm', ARGV[5], 'p', ARGV[6],
                           'bk', ARGV[7], 'v', ARGV[10]) == 5
@@ -148,4 +97,59 @@ local function write()
       redis.call('ZREM', KEYS[2], id)
     end
   end
+end
+
+local function write_through()
+  local version = tonumber(ARGV[11])
+  -- a fresh index needs a put committed as the head whose intent still stands, and whose
+  -- mark shows Redis kept the versions since: a Redis that lost the intent (emptied,
+  -- restarted) also lost the versions of any put that committed after this one; one that
+  -- kept them knows of any newer put that landed
+  local newest, tomb = held(KEYS[7], ARGV[13])
+  local marked = redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 1
+  local fresh = ARGV[12] == '1' and redis.call('ZSCORE', KEYS[1], ARGV[1])
+    and marked and version >= newest
+  if version < tomb then
+    clear_intent(KEYS[1], KEYS[7], ARGV[1])
+    return 0
+  end
+  if not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
+                    or redis.call('EXISTS', KEYS[2]) == 0) then
+    -- nothing to join: Redis still learns the version, so a warm read before this commit
+    -- (a reader that missed after Redis lost the intent) is refused when it lands later.
+    -- Without the intent's mark, Redis lost the versions since the intent (a drop of the
+    -- thread, an eviction, a restart), a tombstone among them: "#" says so, and sends
+    -- writes-first to a namespace Redis does not hold through Postgres, which knows
+    raise_version(KEYS[7], ARGV[13], version)
+    if not marked then redis.call('HSET', KEYS[7], '#', 1) end
+    settle_versions(KEYS[7], tonumber(ARGV[2]))
+    clear_intent(KEYS[1], KEYS[7], ARGV[1])
+    return 0
+  end
+  return store(version)
+end
+
+local function write_behind()
+  -- a write through Postgres (or a sweep) is in flight on the thread (its intent):
+  -- Postgres orders the two
+  if redis.call('ZCARD', KEYS[1]) > 0 then return {COLD} end
+  if redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0 then
+    -- a namespace Redis does not hold goes through Postgres, which knows its head (an
+    -- index started here could hide a newer one), unless this is a root of a namespace a
+    -- read found empty since Redis last heard of it (see KNOWN_EMPTY): a root that must
+    -- find no head yet finds none (a second such root finds the index this one starts)
+    if (ARGV[12] == '1' and ARGV[6] ~= '')
+       or redis.call('HEXISTS', KEYS[7], '~' .. ARGV[13]) == 0
+       or held(KEYS[7], ARGV[13]) > 0 then
+      return {COLD}
+    end
+    redis.call('HDEL', KEYS[7], '~' .. ARGV[13])
+  else
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1)
+    if #last == 0 then return {COLD} end
+    if ARGV[12] == '1' and last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then
+      return {CONFLICT, last[1]}
+    end
+  end
+  return store(0)
 end

@@ -1,5 +1,6 @@
--- The write of put_writes.lua and put_writes_behind.lua: store pending writes of one
--- checkpoint. `write()` returns nothing once written, else the refusal to reply.
+-- The write of put_writes.lua (write-through, `write_through`) and put_writes_behind.lua
+-- (write-behind, `write_behind`): store pending writes of one checkpoint (`store`). Each
+-- write returns nothing once written, else the refusal to reply.
 -- LangGraph may save a task's writes before the checkpoint they belong to (durability
 -- "async"): they then wait in a hash without the checkpoint's fields, which reads treat as
 -- a miss until the put completes it.
@@ -26,24 +27,14 @@
 -- ARGV[1] token        the writer's intent token, or ""
 -- ARGV[2] ttl          ms (0: none, -1: keep until flushed)
 -- ARGV[3] token_v      a new cache token "v"
--- ARGV[4] version      the committed version, or "0"
+-- ARGV[4] version      write_through: the committed version; write_behind: "0"
 -- ARGV[5] field        the namespace's field in the versions hash
 -- ARGV[6] n            number of writes
 -- ARGV[7..6+3n] writes...   field, value, mode ("r": replace, "n": first write wins)
-local function write()
+-- Store the writes (an admitted write); ``version``: the committed one, or 0.
+local function store(version)
   local ttl = tonumber(ARGV[2])
   local n = tonumber(ARGV[6])
-  local version = tonumber(ARGV[4])
-  local function done()
-    clear_intent(KEYS[1], KEYS[7], ARGV[1])
-  end
-  if version == 0 and redis.call('ZCARD', KEYS[1]) > 0 then return {COLD} end
-  if version > 0 and version < tombstone(KEYS[7]) then done() return 0 end
-  if version == 0 and redis.call('EXISTS', KEYS[5]) == 0
-     and (tombstone(KEYS[7]) > 0 or redis.call('EXISTS', KEYS[7]) == 0
-          or redis.call('HEXISTS', KEYS[7], '#') == 1) then
-    return {COLD}
-  end
   for i = 7, 6 + 3 * n, 3 do
     if ARGV[i + 2] ~= 'r' then redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
     elseif version == 0 then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
@@ -59,9 +50,28 @@ local function write()
   -- listed before its checkpoint comes (if ever), so a drop of the thread takes it too
   redis.call('SADD', KEYS[3], KEYS[2])
   if version > 0 then raise_version(KEYS[7], ARGV[5], version) end
-  done()
+  clear_intent(KEYS[1], KEYS[7], ARGV[1])
   settle(KEYS[2], ttl)
   for i = 5, 6 do settle(KEYS[i], ttl) end
   settle_versions(KEYS[7], ttl)
   settle(KEYS[3], ttl)
+end
+
+local function write_through()
+  local version = tonumber(ARGV[4])
+  if version < tombstone(KEYS[7]) then
+    clear_intent(KEYS[1], KEYS[7], ARGV[1])
+    return 0
+  end
+  return store(version)
+end
+
+local function write_behind()
+  if redis.call('ZCARD', KEYS[1]) > 0 then return {COLD} end
+  if redis.call('EXISTS', KEYS[5]) == 0
+     and (tombstone(KEYS[7]) > 0 or redis.call('EXISTS', KEYS[7]) == 0
+          or redis.call('HEXISTS', KEYS[7], '#') == 1) then
+    return {COLD}
+  end
+  return store(0)
 end
