@@ -48,7 +48,8 @@ class Index:
 
     def ranking(self, schema: str, vector: str) -> Ranking:
         """How a search ranks by ``vector``, a query's embedding."""
-        return Ranking(vector, self.statements(schema).ranked_from)
+        rendered = self.statements(schema)
+        return Ranking(vector, rendered.query_vector, rendered.ranked_from)
 
     def statements(self, schema: str) -> q.VectorStatements:
         return q.vector_statements(schema, self.vector_type, self.dims, self.distance)

@@ -64,10 +64,13 @@ SELECT %(namespace)s, %(key)s, f, e::{column}
 FROM unnest(%(fields)s::text[], %(embeddings)s::text[]) AS t(f, e)
 ON CONFLICT (namespace, key, field) DO UPDATE SET embedding = excluded.embedding"""
 
+# A search's query embedding, parsed once: a CTE of the search statement ("q", materialized:
+# a subquery would be evaluated again for each candidate item, 1,536 numbers parsed each).
+QUERY_VECTOR_SQL = "SELECT %(query_vector)s::text::{column} AS v"
+
 # What a search with a query reads from: each candidate item joined to the best score of
-# its fields (NULL when it has none). The query's embedding %(query_vector)s is parsed once.
-RANKED_FROM_SQL = """{schema}.lgd_store_items i
-CROSS JOIN (SELECT %(query_vector)s::text::{column} AS v) q
+# its fields against "q" (NULL when it has none).
+RANKED_FROM_SQL = """{schema}.lgd_store_items i CROSS JOIN q
 LEFT JOIN LATERAL (
     SELECT max({score})::double precision AS score FROM {schema}.lgd_store_vectors v
     WHERE v.namespace = i.namespace AND v.key = i.key) s ON true"""
@@ -80,12 +83,14 @@ class VectorStatements(Rendered):
 
     TEMPLATES: ClassVar[Mapping[str, str]] = {
         "probe": PROBE_SQL, "extension": EXTENSION_SQL, "create": CREATE_SQL,
-        "replace": REPLACE_SQL, "ranked_from": RANKED_FROM_SQL}
+        "replace": REPLACE_SQL, "query_vector": QUERY_VECTOR_SQL,
+        "ranked_from": RANKED_FROM_SQL}
 
     probe: sql.SQL
     extension: sql.SQL
     create: sql.SQL
     replace: sql.SQL
+    query_vector: sql.SQL
     ranked_from: sql.SQL
 
     def __init__(self, schema: str, vector_type: str = "vector", dims: int = 1,

@@ -171,10 +171,12 @@ def delete_params(namespace: Sequence[str], key: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    """A search's query, embedded (pgvector's text form), and what its candidates are
-    read from to rank them (`semantic.RANKED_FROM_SQL`, for the store's index)."""
+    """A search's query, embedded (pgvector's text form), the statement that parses it
+    (`semantic.QUERY_VECTOR_SQL`) and what its candidates are read from to rank them
+    against it (`semantic.RANKED_FROM_SQL`), for the store's index."""
 
     vector: str
+    parse: sql.SQL
     source: sql.SQL
 
 
@@ -188,8 +190,9 @@ def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     condition = compile_filter(where or {}, params)
     table = _table(schema)
-    source, score, order = table, "NULL::double precision AS score", ""
+    ctes, source, score, order = [], table, "NULL::double precision AS score", ""
     if ranking is not None:
+        ctes.append(f"q AS MATERIALIZED ({ranking.parse.as_string(None)})")
         source, score = ranking.source.as_string(None), "s.score"
         order = "score DESC NULLS LAST, "
         params["query_vector"] = ranking.vector
@@ -197,18 +200,16 @@ def search_statement(schema: str, prefix: Sequence[str], where: Mapping[str, Any
     SELECT {_COLUMNS}, {score} FROM {source}
     WHERE {_under(prefix, params)} AND {_LIVE} AND {condition}
     ORDER BY {order}updated_at DESC, namespace, key LIMIT %(limit)s OFFSET %(offset)s"""
-    if not refresh:
-        return sql.SQL(found), params
-    return sql.SQL(f"""
-WITH found AS ({found}
-), refreshed AS (
+    if refresh:
+        ctes += [f"found AS ({found}\n)", f"""refreshed AS (
     UPDATE {table} SET {_REFRESH}
     WHERE (namespace, key) IN (
         SELECT l.namespace, l.key FROM {table} l JOIN found f USING (namespace, key)
         WHERE f.expires_at IS NOT NULL AND l.ttl_minutes IS NOT NULL
         FOR UPDATE OF l SKIP LOCKED)
-)
-SELECT * FROM found ORDER BY {order}updated_at DESC, namespace, key"""), params
+)"""]
+        found = f"SELECT * FROM found ORDER BY {order}updated_at DESC, namespace, key"
+    return sql.SQL(f"WITH {', '.join(ctes)} {found}" if ctes else found), params
 
 
 def _under(prefix: Sequence[str], params: dict[str, Any]) -> str:
