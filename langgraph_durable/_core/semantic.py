@@ -227,7 +227,8 @@ def setup(schema: str, index: Index) -> Operation[None]:
     if probe["column_type"] is None:
         lock, params = q.setup_lock(schema)
         yield Cold((Statement(lock, params), Statement(rendered.extension, {}),
-                    Statement(rendered.create, {})))
+                    Statement(rendered.create, {}), Statement(rendered.stale_function, {}),
+                    Statement(rendered.stale_trigger, {})))
         probe = (yield Cold.one(rendered.probe, {"table": table}, fetch=True))[0][0]
     if probe["column_type"] != index.column:
         raise ConfigurationError(

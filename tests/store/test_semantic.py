@@ -300,3 +300,28 @@ def test_a_ranked_search_parses_the_query_once(make_indexed: MakeStore) -> None:
         calls = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
                              "WHERE funcname = 'vector'").fetchone()
     assert calls == (1,)
+
+
+def test_a_value_another_store_replaced_keeps_no_embedding_of_the_old_one(
+        make_indexed: MakeStore, vector_postgres_url: str) -> None:
+    """A store without an index on the same schema replaces an item's value: the item no
+    longer ranks by what it used to say (it has no embedding until an indexed store puts
+    it again); the same value put again keeps it. Two setups of the index do not clash."""
+    indexed = make_indexed(fields=["text"])
+    make_indexed(fields=["text"])  # a second setup finds the table and its trigger
+    plain = DurableStore(REDIS_URL, vector_postgres_url, schema=indexed.config.schema,
+                         key_prefix=indexed.config.key_prefix)
+    try:
+        ns = ("mixed",)
+        indexed.put(ns, "same", {"text": "apple"})
+        indexed.put(ns, "changed", {"text": "apple"})
+        plain.put(ns, "same", {"text": "apple"})
+        plain.put(ns, "changed", {"text": "zebra"})
+        assert _vector_rows(indexed, ns, "same") == ["text"]
+        assert _vector_rows(indexed, ns, "changed") == []
+        found = {i.key: i.score for i in indexed.search(ns, query="apple")}
+        assert found["same"] == pytest.approx(1.0) and found["changed"] is None
+        indexed.put(ns, "changed", {"text": "zebra"})
+        assert _vector_rows(indexed, ns, "changed") == ["text"]
+    finally:
+        plain.close()

@@ -51,6 +51,30 @@ CREATE TABLE IF NOT EXISTS {schema}.lgd_store_vectors (
         ON DELETE CASCADE
 )"""
 
+# A value that changes takes the item's embeddings away, whichever store wrote it: one
+# without an index (sharing the schema) writes none, and its item must not keep ranking
+# by what it used to say. A store with one writes the new embeddings after (REPLACE_SQL).
+STALE_FUNCTION_SQL = """
+CREATE OR REPLACE FUNCTION {schema}.lgd_store_vectors_stale() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {schema}.lgd_store_vectors WHERE namespace = OLD.namespace AND key = OLD.key;
+    RETURN NULL;
+END
+$$"""
+# (once: a setup that waited for another's lock finds its trigger there; the schema is a
+# plain identifier, so it is safe inside the literal)
+STALE_TRIGGER_SQL = """
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'lgd_store_vectors_stale'
+                   AND tgrelid = '{schema}.lgd_store_items'::regclass) THEN
+        CREATE TRIGGER lgd_store_vectors_stale AFTER UPDATE OF value
+        ON {schema}.lgd_store_items FOR EACH ROW
+        WHEN (OLD.value IS DISTINCT FROM NEW.value)
+        EXECUTE FUNCTION {schema}.lgd_store_vectors_stale();
+    END IF;
+END $$"""
+
 # An item's embeddings after its put: the fields it no longer has go, the others are
 # written (%(fields)s and %(embeddings)s, pgvector's text form, pair up; both empty for a
 # put with index=False).
@@ -83,12 +107,15 @@ class VectorStatements(Rendered):
 
     TEMPLATES: ClassVar[Mapping[str, str]] = {
         "probe": PROBE_SQL, "extension": EXTENSION_SQL, "create": CREATE_SQL,
+        "stale_function": STALE_FUNCTION_SQL, "stale_trigger": STALE_TRIGGER_SQL,
         "replace": REPLACE_SQL, "query_vector": QUERY_VECTOR_SQL,
         "ranked_from": RANKED_FROM_SQL}
 
     probe: sql.SQL
     extension: sql.SQL
     create: sql.SQL
+    stale_function: sql.SQL
+    stale_trigger: sql.SQL
     replace: sql.SQL
     query_vector: sql.SQL
     ranked_from: sql.SQL
