@@ -51,7 +51,7 @@ import psycopg
 
 from langgraph_durable import DurableSaver
 from tests.support import forked
-from tests.support.chaos_checks import MODES, Checker, Run, Tally, await_served
+from tests.support.chaos_checks import MODES, Checker, Run, Tally, await_served, retried
 from tests.support.chaos_nemesis import Nemesis
 from tests.support.chaos_worker import EFFECTS_SQL, Options, items, run
 from tests.support.faults import PrivateRedis, Proxy
@@ -242,7 +242,7 @@ class Chaos:
             self.tally.threads[f"{r.workload} {mode}"] += 1
             self.tally.faults.update(r.faults)
         if mode == "behind":  # every acknowledged entry to Postgres before the checks
-            self.savers[kind, mode].flush(timeout=60)
+            retried(lambda: self.savers[kind, mode].flush(timeout=60))
             await_served(self.savers[kind, mode], runs[0].thread_id)
         for r in runs:
             self.checker.check(r)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -24,20 +25,28 @@ from langgraph_durable.errors import TierUnavailableError
 from tests.support.chaos_worker import INPUTS, Options, build, finished, items
 from tests.support.servers import POSTGRES_URL
 
+T = TypeVar("T")
+
 MODES = ("through", "behind")
 AOF_WINDOW = 1.5  # seconds: appendfsync everysec's loss window, with a margin
 
 
 def await_served(saver: DurableSaver, thread_id: str, timeout: float = 60.0) -> Any:
-    """The head of ``thread_id`` once ``saver`` serves it. A write-behind saver refuses
-    reads (fail closed) while its breaker is open: after a Redis restart until a probe
-    finds it back, and on a machine busy enough that a reply outlasts ``tier_timeout``,
-    until the next probe. An application retries then, and so do the checks."""
+    """The head of ``thread_id`` once ``saver`` serves it (`retried`)."""
+    return retried(lambda: saver.get_tuple({"configurable": {"thread_id": thread_id,
+                                                             "checkpoint_ns": ""}}), timeout)
+
+
+def retried(call: Callable[[], T], timeout: float = 60.0) -> T:
+    """``call()``, tried again while the hot tier is refused. A write-behind saver refuses
+    reads and drains (fail closed) while its breaker is open: after a Redis restart until
+    a probe finds it back, and on a machine busy enough that a reply outlasts
+    ``tier_timeout``, until the next probe. An application retries then, and so do the
+    checks."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return saver.get_tuple({"configurable": {"thread_id": thread_id,
-                                                     "checkpoint_ns": ""}})
+            return call()
         except TierUnavailableError as exc:
             if exc.tier != "hot" or time.monotonic() > deadline:
                 raise
