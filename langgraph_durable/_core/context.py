@@ -471,7 +471,12 @@ class Context:
 
     @property
     def deadline_ms(self) -> int:
-        return int((time.time() + seconds(self.config.write_deadline)) * 1000)
+        return deadline_ms(self.config)
+
+
+def deadline_ms(config: SaverConfig) -> int:
+    """The deadline of a write intent announced now (ms since epoch)."""
+    return int((time.time() + seconds(config.write_deadline)) * 1000)
 
 
 def layout_of(config: SaverConfig, *, cluster: bool) -> Layout:

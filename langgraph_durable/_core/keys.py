@@ -199,27 +199,40 @@ _PREFIX_TYPES = {":journal": "stream", ":journal:bytes": "string", ":dead": "str
                  ":incarnation:lock": "string"}
 _THREAD_TYPES = {":k": "set", ":in": "zset", ":u": "hash", ":v": "hash"}
 _PART_TYPES = {":i:": "zset", ":b:": "hash", ":c:": "hash"}
+_TYPES = {**_PREFIX_TYPES, **_THREAD_TYPES, **_PART_TYPES}
+INTENTS = ":in"  # the kind of a thread's intents key
 
 
 def key_type(prefix: str, key: str) -> str | None:
     """The Redis type the scripts keep at ``key`` (``"hash"``, ``"zset"``, ...), or
-    ``None`` if ``key`` is no key of ``prefix`` they keep. A thread's base is found before
-    its kind is read, so no checkpoint id (which may hold ``:k``) is taken for a kind."""
+    ``None`` if ``key`` is no key of ``prefix`` they keep."""
+    kind = key_kind(prefix, key)
+    return None if kind is None else _TYPES[kind]
+
+
+def key_kind(prefix: str, key: str) -> str | None:
+    """What ``key`` is among the keys of ``prefix`` the scripts keep, as the end of its
+    name that says so (``":in"`` a thread's intents, ``":i:"`` a namespace's index,
+    ``":journal"``, ...), or ``None``. A thread's base is found before its kind is read,
+    so no checkpoint id (which may hold ``:k``) is taken for a kind."""
     head = f"{prefix}:{{"
     if not key.startswith(head):
-        return _PREFIX_TYPES.get(key[len(prefix):]) if key.startswith(prefix) else None
+        rest = key[len(prefix):]
+        return rest if key.startswith(prefix) and rest in _PREFIX_TYPES else None
     close = key.find("}", len(head))
     if close < 0:
         return None
     rest = key[close + 1:]
     if key[len(head):close].startswith(f"{prefix}.j"):  # a shard's tag (see `_tags`)
         if rest in _PREFIX_TYPES:
-            return _PREFIX_TYPES[rest]
+            return rest
         name, colon, kind = rest[1:].partition(":")
         if not rest.startswith(":") or not name or not colon:
             return None
         rest = ":" + kind
-    return _THREAD_TYPES.get(rest) or _PART_TYPES.get(rest[:3])
+    if rest in _THREAD_TYPES:
+        return rest
+    return rest[:3] if rest[:3] in _PART_TYPES else None
 
 
 # ------------------------------------------------------------------------ sharded layout

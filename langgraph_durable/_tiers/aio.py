@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
 
-from langgraph_durable._core.context import Breaker, Latencies
+from langgraph_durable._core.context import Breaker, Latencies, deadline_ms
 from langgraph_durable._core.keys import Layout
 from langgraph_durable._core.requests import Cold, Hot, HotBatch, Pause
 from langgraph_durable._core.scripts import thread
@@ -218,10 +218,11 @@ class Tiers:
 
     async def _repair(self, request: Hot | HotBatch) -> None:
         """Delete the keys of ``request`` that hold another type than the scripts keep
-        there (`repair.lua`), and say so, once per key."""
+        there (`repair.lua`), and say so, once per key. An intents key holds one intent
+        as long as any it lost could have lived."""
         failed = request.requests if isinstance(request, HotBatch) else (request,)
         for each in failed:
-            repairs = thread.repairs(each, self.config.key_prefix)
+            repairs = thread.repairs(each, self.config.key_prefix, deadline_ms(self.config))
             if repairs:
                 replies = await self._hot(HotBatch(tuple(repairs)))
                 said_repaired(each.script.name,

@@ -70,7 +70,7 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "store_wrote": (store.wrote("e", 1, "d", 60), []),
     "dead_letter": (shards.dead_letter(LAYOUT, 0, unflushed="u", letter="1-0", action="drop",
                                        member="m"), []),
-    "repair": (thread.repairs(thread.release(KEYS, "tok"), "p")[0], []),
+    "repair": (thread.repairs(thread.release(KEYS, "tok"), "p", 0)[0], []),
 }
 
 

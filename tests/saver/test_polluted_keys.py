@@ -5,16 +5,25 @@ is deleted as if evicted, one WARNING names it, and the thread goes on in both w
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 
+import psycopg
 import pytest
 import redis
 
 from langgraph_durable import DurableSaver
 from langgraph_durable._core.keys import Layout, ThreadKeys, key_type
-from tests.support.checkpoints import aput_value, blob_sized, config_of, put_value, twin
-from tests.support.servers import REDIS_URL
+from tests.support.checkpoints import (
+    aput_value,
+    blob_sized,
+    config_of,
+    put_value,
+    twin,
+    wait_for_row_lock,
+)
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 Pick = Callable[[DurableSaver, ThreadKeys], str]
 # the key polluted, and whether it holds the thread's data (a write-behind write of it
@@ -85,6 +94,50 @@ def test_a_key_of_another_type_is_a_damaged_copy(
     assert len(said) == 1, said
     assert "another client" in said[0] and "held a list" in said[0]
     assert client.type(key) != b"list"
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_write_whose_intent_another_client_overwrote_is_read_at_once_elsewhere(
+    make_saver: type[DurableSaver], namespace: tuple[str, str]
+) -> None:
+    """Written through, a put announces its intent, commits, then updates Redis without
+    waiting. Another client overwrites the thread's intents key while the commit waits:
+    the intent is gone and the update fails (WRONGTYPE), so Redis still holds the
+    checkpoint before as the head. Another process reads the acknowledged checkpoint, not
+    that one: the repaired key stands in for the intents it lost until the write
+    deadline, so reads go to Postgres (before, the repair deleted the key and the read
+    was served the older checkpoint, as the real-process checker found)."""
+    schema, _ = namespace
+    writer, reader = make_saver(write_mode="through"), make_saver(write_mode="through")
+    thread_id = f"polluted-intent-{uuid.uuid4().hex[:8]}"
+    put_value(writer, thread_id, FIRST)
+    assert _value(reader, thread_id) == FIRST  # served from Redis
+    intents = writer.engine.context.layout.thread(thread_id).intents
+    client = redis.Redis.from_url(REDIS_URL)
+    failed: list[BaseException] = []
+
+    def put_second() -> None:
+        try:
+            put_value(writer, thread_id, SECOND)
+        except BaseException as exc:  # the test reads it
+            failed.append(exc)
+
+    with psycopg.connect(POSTGRES_URL) as holding, psycopg.connect(
+            POSTGRES_URL, autocommit=True) as watching:
+        holding.execute(f'SELECT 1 FROM "{schema}".lgd_heads WHERE thread_id = %s FOR UPDATE',
+                        (thread_id,))
+        putting = threading.Thread(target=put_second)
+        putting.start()
+        wait_for_row_lock(watching, schema)  # announced, its commit waits
+        client.delete(intents)
+        client.set(intents, "another client's value")
+    putting.join(30)
+    assert not putting.is_alive() and failed == []
+    assert client.type(intents) == b"string"  # the update after the commit failed on it
+    assert _value(reader, thread_id) == SECOND
+    assert _value(writer, thread_id) == SECOND
+    put_value(writer, thread_id, THIRD)
+    assert _value(reader, thread_id) == THIRD
 
 
 def test_every_kind_of_key_is_known_by_its_name() -> None:

@@ -300,7 +300,8 @@ def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
                                                       layout: Layout) -> None:
     """A call's keys and its registry's members that hold another type than the scripts
     keep are deleted and named, with the type found and the one expected; keys of the
-    right type stay."""
+    right type stay. The intents key comes back holding one intent until the deadline
+    given (it stands in for the intents it lost, which no eviction would have taken)."""
     keys = layout.thread("t")
     _intent(client, keys, "tok")
     assert _put(client, keys, "c1", version=7, token="tok", head=True) == 1
@@ -310,13 +311,18 @@ def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
     client.rpush(keys.checkpoint("", "c1"), "a list")
     client.set(keys.intents, "a string")  # a call's key of another type
     found = []
-    for request in thread.repairs(thread.get(keys, "", "", TTL, "ticket"), layout.prefix):
+    deadline = 1_900_000_000_000
+    for request in thread.repairs(thread.get(keys, "", "", TTL, "ticket"), layout.prefix,
+                                  deadline):
         found += thread.repaired(run(client, request))
     assert sorted(found) == sorted([
         (keys.intents, "string", "zset"), (keys.blobs(""), "string", "hash"),
         (keys.checkpoint("", "c1"), "list", "hash")])
     assert client.type(keys.registry) == b"set" and client.type(keys.index("")) == b"zset"
-    assert not client.exists(keys.intents, keys.blobs(""), keys.checkpoint("", "c1"))
+    assert not client.exists(keys.blobs(""), keys.checkpoint("", "c1"))
+    assert client.zrange(keys.intents, 0, -1, withscores=True) == [(b"lost", deadline)]
+    assert client.ttl(keys.intents) == -1
+    assert run(client, thread.get(keys, "", "", TTL, "ticket"))[0] == Reply.BUSY
 
 
 def test_store_scripts_fill_only_what_no_write_or_newer_row_replaced(

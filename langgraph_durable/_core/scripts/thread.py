@@ -8,7 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_durable._core.keys import ThreadKeys, key_type, parse_write_field
+from langgraph_durable._core.keys import (
+    INTENTS,
+    ThreadKeys,
+    key_kind,
+    key_type,
+    parse_write_field,
+)
 from langgraph_durable._core.records import StoredWrite, unpack_write
 from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.scripts.registry import SCRIPTS, Arg, Reply
@@ -274,17 +280,18 @@ def refusal(reply: Any, journal: Journal) -> tuple[Reply, str] | None:
     return (code, reply[1].decode()) if code is Reply.CONFLICT else (code, "")
 
 
-def repairs(request: Hot, prefix: str) -> list[Hot]:
+def repairs(request: Hot, prefix: str, lost_deadline: int) -> list[Hot]:
     """The calls that delete the keys of ``prefix`` that ``request`` names (among its keys
     and arguments; and the members of a thread's registry among them) when they hold
-    another type than the scripts keep there (`keys.key_type`)."""
-    named = {}
+    another type than the scripts keep there (`keys.key_kind`). A thread's intents key is
+    replaced by one intent until ``lost_deadline`` (ms since epoch; see `repair.lua`)."""
+    named: dict[str, str | None] = {}
     for value in (*request.keys, *request.args):
         key = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-        expected = key_type(prefix, key) if key.startswith(prefix) else None
-        if expected is not None:
-            named[key] = expected
-    return [SCRIPTS["repair"].call(key=key, expected=expected) for key, expected in named.items()]
+        named[key] = key_kind(prefix, key) if key.startswith(prefix) else None
+    return [SCRIPTS["repair"].call(key=key, expected=key_type(prefix, key),
+                                   lost=lost_deadline if kind == INTENTS else "")
+            for key, kind in named.items() if kind is not None]
 
 
 def repaired(reply: Sequence[Any]) -> list[tuple[str, str, str]]:
