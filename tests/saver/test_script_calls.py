@@ -146,10 +146,12 @@ def test_known_empty_then_put_behind(client: redis.Redis, layout: Layout) -> Non
 
 
 def _put_behind(keys: ThreadKeys, layout: Layout, checkpoint_id: str, ns: str = "",
-                **journal: Any) -> Hot:
+                parent: str = "", **journal: Any) -> Hot:
+    """A write-behind put; one with a ``parent`` must extend the namespace's head."""
     fields = thread.CheckpointFields(checkpoint_id=checkpoint_id, frame=b"f", metadata=b"{}",
-                                     parent="", refs="[]", blob_pairs=[], keep=0, token_v="v")
-    return thread.put_behind(keys, ns, fields, extends=False,
+                                     parent=parent, refs="[]", blob_pairs=[], keep=0,
+                                     token_v="v")
+    return thread.put_behind(keys, ns, fields, extends=bool(parent),
                              journal=_journal(layout, **journal))
 
 
@@ -164,6 +166,28 @@ def test_put_behind_refusals(client: redis.Redis, layout: Layout) -> None:
     with pytest.raises(TierUnavailableError) as raised:
         thread.refusal(full, _journal(layout, max_entries=1))
     assert raised.value.tier == "cold" and "journal holds 1 entries" in str(raised.value)
+
+
+def test_the_first_put_behind_on_a_warmed_head_goes_through_postgres(
+        client: redis.Redis, layout: Layout) -> None:
+    """A head a warm loaded came from a Postgres read that a write through Postgres may
+    have passed (its intent lost when Redis was emptied under the saver): the put that
+    extends it goes through Postgres (COLD), which orders the two. Once a put landed on
+    it, the next one extending it stays in Redis."""
+    keys = layout.thread("t")
+    missed = thread.found(run(client, thread.get(keys, "", "", TTL, "ticket")))
+    assert run(client, thread.warm(
+        keys, "", checkpoint_id="c1", now=int(time.time() * 1000), ttl=TTL, frame=b"frame",
+        metadata=b"{}", parent="", refs="[]", version=5, mode="head",
+        ticket=missed.ticket, blob_pairs=[], fields=["v", "tok"])) == 1
+    cold = run(client, _put_behind(keys, layout, "c2", parent="c1"))
+    assert thread.refusal(cold, _journal(layout)) == (Reply.COLD, "")
+    assert client.zrange(keys.index(""), 0, -1) == [b"c1"]
+    _intent(client, keys, "tok")  # Postgres took it: the update after its commit
+    assert _put(client, keys, "c2", version=6, token="tok", head=True) == 1
+    entry = run(client, _put_behind(keys, layout, "c3", parent="c2"))
+    assert thread.refusal(entry, _journal(layout)) is None
+    assert client.zrange(keys.index(""), 0, -1) == [b"c1", b"c2", b"c3"]
 
 
 def test_put_writes_behind_and_list_unflushed(client: redis.Redis, layout: Layout) -> None:

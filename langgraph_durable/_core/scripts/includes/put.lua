@@ -18,11 +18,13 @@
 -- write_behind (the write itself): when head is "1" the checkpoint must extend the
 -- namespace's head: its parent (or itself, a retry) must be the latest id of the index.
 -- A root with head "1" must find the namespace without a head. Replies {CONFLICT, head}
--- if it is not, and {COLD} when the index is not hot (a root too, unless a read found the
--- namespace empty since Redis last heard of it: an index it started could hide a newer
--- head Postgres holds) or a write-through write or a sweep of the thread is in flight
--- (the caller then writes through Postgres, which knows the head; its intent tells it
--- whether to drain the journal first).
+-- if it is not, and {COLD} (the caller then writes through Postgres, which knows the
+-- head; its intent tells it whether to drain the journal first) when the index is not
+-- hot (a root too, unless a read found the namespace empty since Redis last heard of it:
+-- an index it started could hide a newer head Postgres holds), when a write-through write
+-- or a sweep of the thread is in flight, or when the head it must extend was loaded by a
+-- warm and no put landed on it since: the warm's Postgres read may predate a write
+-- through Postgres whose intent Redis lost (emptied under the saver) before it landed.
 -- The namespace's checkpoint key prefix is the checkpoint's key without its id.
 --
 -- KEYS[1] intents         the thread's write intents
@@ -149,6 +151,13 @@ local function write_behind()
     if #last == 0 then return {COLD} end
     if ARGV[12] == '1' and last[1] ~= ARGV[6] and last[1] ~= ARGV[3] then
       return {CONFLICT, last[1]}
+    end
+    -- a head a warm loaded ("@": the version it was read at) came from a Postgres read
+    -- that a write through Postgres in flight may have passed, its intent lost with
+    -- Redis's keys since: Postgres orders the first write that extends it
+    if ARGV[12] == '1' and last[1] ~= ARGV[3] and redis.call(
+        'HEXISTS', string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3]) .. last[1], '@') == 1 then
+      return {COLD}
     end
   end
   return store(0)
