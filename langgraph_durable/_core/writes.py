@@ -490,7 +490,8 @@ def copy_thread(ctx: Context, source: str, target: str, up_to: str | None = None
             copy,
             *trim,
             Statement(
-                ledger_statements(ctx.config.schema).copy_thread, {"source": src, "target": dst}
+                ledger_statements(ctx.config.schema).copy_thread,
+                {"source": src, "target": dst, "up_to": up_to},
             ),
         ],
     )

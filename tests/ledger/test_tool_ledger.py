@@ -318,6 +318,38 @@ def test_delete_and_copy_thread_follow_the_ledger(saver: DurableSaver) -> None:
     assert saver.ledger.list(copy) == []
 
 
+def test_a_fork_of_a_run_that_stored_only_its_end_keeps_the_calls_it_holds(
+        saver: DurableSaver) -> None:
+    """Under ``durability="exit"`` a run stores only its last checkpoint, so the
+    checkpoint its tools ran from never reaches Postgres. A fork at that last checkpoint
+    (`langgraph-durable fork`) holds the calls' results in its state, and its ledger
+    keeps their records as the source's does (before, a record went only with its step's
+    checkpoint, so a fork of such a run lost the record of every call it held). A fork
+    before the tools' step leaves them out, so its run makes its own."""
+    calls: list[str] = []
+    thread = new_thread()
+    graph = app.build_graph(saver, _shop(saver, "sync", calls))
+    graph.invoke(app.START_INPUT, thread_config(thread), durability="exit")
+    head = saver.get_tuple(thread_config(thread))
+    assert head is not None
+    records = {r.tool: r for r in saver.ledger.list(thread)}
+    ran_from = records["charge"].checkpoint_id
+    assert ran_from is not None and saver.get_tuple(
+        {"configurable": {"thread_id": thread, "checkpoint_id": ran_from}}) is None
+    at_end, before = f"{thread}-end", f"{thread}-before"
+    saver.copy_thread(thread, at_end, up_to=head.config["configurable"]["checkpoint_id"])
+    assert {r.tool: (r.status, r.idempotency_key) for r in saver.ledger.list(at_end)} == {
+        tool: ("succeeded", r.key) for tool, r in records.items()}
+    stepped = new_thread()  # stored step by step: a fork before the tools' step
+    graph.invoke(app.START_INPUT, thread_config(stepped))
+    tools_from = {r.tool: r for r in saver.ledger.list(stepped)}["charge"].checkpoint_id
+    step = saver.get_tuple({"configurable": {"thread_id": stepped, "checkpoint_id": tools_from}})
+    assert step is not None and step.parent_config is not None
+    saver.copy_thread(stepped, before,
+                      up_to=step.parent_config["configurable"]["checkpoint_id"])
+    assert saver.ledger.list(before) == []
+
+
 def test_damaged_result_raises_corrupt_state_error(saver: DurableSaver,
                                                    namespace: tuple[str, str]) -> None:
     """A stored result carries a checksum: a flipped byte is reported, never replayed."""

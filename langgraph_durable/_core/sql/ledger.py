@@ -385,11 +385,13 @@ WHERE call_ref IS NOT NULL AND retired_at IS NULL AND thread_id """
 RETIRE_THREADS_LEDGER_SQL = RETIRE_LEDGER_ROWS + "= ANY(%(thread_ids)s)\n"
 
 # `ops.copy_thread`: derived keys are recomputed for the target; explicit keys are global
-# and stay with the source. Only the calls whose step's checkpoint was copied go (the
-# copy's re-run can come back to those alone; run after the checkpoints' copy). Each copy
+# and stay with the source. With %(up_to)s (a fork), only the calls whose step's
+# checkpoint is not newer go, as with the checkpoints (the fork's re-run can come back to
+# those alone), whether or not that checkpoint was stored: under durability "exit" a run
+# stores only its last one, whose state holds every call the run made. Each copy
 # keeps the key the downstream API saw for the original (``idempotency_key``), so a fork
 # that retries a call cut off in the source presents the key the provider already knows.
-# %(source)s %(target)s
+# %(source)s %(target)s %(up_to)s
 COPY_THREAD_LEDGER_SQL = """
 INSERT INTO {schema}.lgd_tool_calls (key, thread_id, checkpoint_ns, call_ref, tool_call_id,
     task_id, tool, args_fingerprint, status, attempts, result, error, error_type, retryable,
@@ -405,11 +407,9 @@ SELECT 'lgd-' || left(encode(sha256(convert_to(
        status, attempts, result, error, error_type, retryable, lease_owner, lease_expires_at,
        duplicate_of, started_at, finished_at, COALESCE(idempotency_key, key), step,
        checkpoint_id
-FROM {schema}.lgd_tool_calls t
+FROM {schema}.lgd_tool_calls
 WHERE thread_id = %(source)s AND call_ref IS NOT NULL AND retired_at IS NULL
-  AND (checkpoint_id IS NULL OR EXISTS (
-      SELECT 1 FROM {schema}.lgd_checkpoints c WHERE c.thread_id = %(target)s
-        AND c.checkpoint_ns = t.checkpoint_ns AND c.checkpoint_id = t.checkpoint_id))
+  AND (%(up_to)s::text IS NULL OR checkpoint_id IS NULL OR checkpoint_id <= %(up_to)s)
 ON CONFLICT (key) DO NOTHING
 """
 
