@@ -79,7 +79,8 @@ LEASE_OUT = 1.3  # seconds after a kill: the dead worker's leases (1 s) have run
 
 
 def _stacks_of(proc: BaseProcess, ack_path: Path) -> str:
-    """Every thread's stack in a live worker (its SIGUSR1 handler writes them)."""
+    """Every thread's stack in a live worker (its SIGUSR1 handler writes them), and the
+    last of what the saver logged in it (warnings, and the ledger's waits)."""
     stacks = Path(f"{ack_path}.stacks")
     if proc.pid is not None:
         os.kill(proc.pid, signal.SIGUSR1)
@@ -87,7 +88,18 @@ def _stacks_of(proc: BaseProcess, ack_path: Path) -> str:
     while time.monotonic() < deadline and not stacks.stat().st_size:
         time.sleep(0.05)
     time.sleep(0.2)  # the other threads' stacks after the first
-    return stacks.read_text()
+    ops = Path(f"{ack_path}.ops")
+    if proc.pid is not None:
+        os.kill(proc.pid, signal.SIGUSR2)
+    while time.monotonic() < deadline + 5 and not ops.exists():
+        time.sleep(0.05)
+    time.sleep(0.2)
+    log = Path(f"{ack_path}.log")
+    said = log.read_text().splitlines()[-40:] if log.exists() else []
+    return (stacks.read_text()
+            + "\nthe saver's suspended operations (generator, where it waits):\n"
+            + (ops.read_text() if ops.exists() else "(no answer)\n")
+            + "what the saver logged last:\n" + "\n".join(said))
 
 
 class Chaos:

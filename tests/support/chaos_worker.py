@@ -35,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
+import gc
+import inspect
 import logging
 import operator
 import os
@@ -57,6 +59,7 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Send
 
+import langgraph_durable
 from langgraph_durable import DurableSaver, current_idempotency_key, durable_tool
 from langgraph_durable.models import durable_model
 from langgraph_durable.tools import DurableTool
@@ -318,15 +321,38 @@ def run(spec: dict[str, Any]) -> None:
     ``error <type>`` in the ack file (a write that met a fault), not a traceback.
     """
     fd = os.open(spec["ack_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    logging.getLogger("langgraph_durable").addHandler(_ExitWarning(fd))
+    logger = logging.getLogger("langgraph_durable")
+    logger.addHandler(_ExitWarning(fd))
+    said = logging.FileHandler(spec["ack_path"] + ".log")  # shown when the worker hangs
+    said.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(message)s"))
+    said.setLevel(logging.DEBUG)
+    logger.addHandler(said)
+    logger.setLevel(logging.DEBUG)
     # SIGUSR1: every thread's stack to <ack file>.stacks (the harness asks a stuck worker)
     stacks = open(spec["ack_path"] + ".stacks", "w")  # noqa: SIM115 (open until the exit)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    signal.signal(signal.SIGUSR2, lambda *_: _suspended_operations(spec["ack_path"] + ".ops"))
     try:
         _run(spec, fd)
     except Exception as exc:  # reported to the harness, which classifies it
         os.write(fd, f"error {type(exc).__name__} {str(exc)[:200]!r}\n".encode())
         os._exit(1)
+
+
+def _suspended_operations(path: str) -> None:
+    """Where each of the saver's operations waits (SIGUSR2, asked of a stuck worker): a
+    thread's stack shows the driver that sleeps, not the suspended generator that asked it
+    to, so every suspended generator of the package is written with its line."""
+    package = os.path.dirname(langgraph_durable.__file__)
+    lines = []
+    for obj in gc.get_objects():
+        if inspect.isgenerator(obj) and obj.gi_frame is not None \
+                and obj.gi_code.co_filename.startswith(package):
+            lines.append(f"{obj.gi_code.co_qualname} "
+                         f"{os.path.relpath(obj.gi_code.co_filename, package)}:"
+                         f"{obj.gi_frame.f_lineno}")
+    with open(path, "w") as out:
+        out.write("\n".join(sorted(lines)) + "\n")
 
 
 def _run(spec: dict[str, Any], fd: int) -> None:
