@@ -17,7 +17,7 @@ import psycopg
 
 from langgraph_durable import DurableSaver
 from tests.support.chaos_checks import Fork, Run, Tally, order_of
-from tests.support.faults import PrivateRedis, Proxy, cli
+from tests.support.faults import PrivateRedis, Proxy, cli, cli_json
 from tests.support.servers import POSTGRES_URL
 
 
@@ -62,8 +62,8 @@ class Nemesis:
         the command lists only cut-off calls (uncertain, or a lease that ran out), never a
         ``started`` call whose lease was live when it looked. (Settling a call whose lease
         ran out as ``retry`` when its effect happened is the operator's error, not checked.)"""
-        code, out = cli(["resolve-all", "retry", "--tool", "ship", "--thread", r.thread_id,
-                         "--dry-run", "--json"], self._env(mode, kind))
+        code, listed, out = cli_json(["resolve-all", "retry", "--tool", "ship", "--thread",
+                                      r.thread_id, "--dry-run", "--json"], self._env(mode, kind))
         # the command looked at some moment before it returned: a lease that outlived its
         # return was live then (one that ran out while the command started may be listed)
         with psycopg.connect(POSTGRES_URL) as conn:
@@ -71,7 +71,7 @@ class Nemesis:
         if code != 0:
             self.tally.violation(r, f"resolve-all --dry-run exited {code}: {out.strip()[:500]}")
             return
-        live = [c["key"] for c in json.loads(out)["calls"] if c["status"] == "started"
+        live = [c["key"] for c in listed["calls"] if c["status"] == "started"
                 and datetime.fromisoformat(c["lease_expires_at"]) > after]
         if live:
             self.tally.violation(r, f"resolve-all listed calls whose lease was live: {live}")
@@ -83,11 +83,12 @@ class Nemesis:
         with ``resolve KEY``, from the provider's log: ``succeeded`` (with the receipt) when
         the provider has the shipment under the call's key, else ``retry``."""
         env = self._env(mode, kind)
-        code, out = cli(["resolve-all", "retry", "--tool", "ship", "--dry-run", "--json"], env)
+        code, listed, out = cli_json(
+            ["resolve-all", "retry", "--tool", "ship", "--dry-run", "--json"], env)
         if code != 0:
             self.tally.violations.append(f"resolve-all --dry-run exited {code}: {out.strip()}")
             return
-        calls = json.loads(out)["calls"]
+        calls = listed["calls"]
         with psycopg.connect(POSTGRES_URL) as conn:
             shipped = {row[0] for row in conn.execute(
                 f'SELECT idem_key FROM "{self.schema}".chaos_shipments WHERE idem_key = ANY(%s)',

@@ -9,6 +9,7 @@ is installed, else the ``valkey-server`` of the embedded servers."""
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import shutil
 import signal
@@ -250,12 +251,25 @@ def cli(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     """``langgraph-durable ARGS`` as an operator runs it at a shell, with ``env`` (its
     ``LGD_*`` settings), in this process: the exit code and what it printed (stdout, then
     stderr)."""
+    code, stdout, stderr = _invoked(args, env)
+    return code, stdout + stderr
+
+
+def cli_json(args: list[str], env: dict[str, str]) -> tuple[int, Any, str]:
+    """``langgraph-durable ARGS --json`` as `cli` runs it: the exit code, the document it
+    printed on stdout (None when it exited non-zero) and all it printed. A warning on
+    stderr (a tier that did not answer) is the operator's to read, not part of the document."""
+    code, stdout, stderr = _invoked(args, env)
+    return code, json.loads(stdout) if code == 0 else None, stdout + stderr
+
+
+def _invoked(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     from typer.testing import CliRunner
 
     from langgraph_durable.cli import app
 
     result = CliRunner().invoke(app, args, env={**env, "COLUMNS": "250"})
-    return result.exit_code, result.stdout + result.stderr
+    return result.exit_code, result.stdout, result.stderr
 
 
 def lose_reply(op: Generator[Any, Any, T], lost: Callable[[Any], bool], *,
