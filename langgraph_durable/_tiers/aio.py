@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 import time
 from collections import deque
@@ -19,7 +18,6 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 from psycopg.rows import dict_row
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
 
@@ -34,14 +32,12 @@ from langgraph_durable._tiers.cluster import check_layout, cluster_mode
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
-    LOST_CONNECTION,
     REJECTED_ERRORS,
     AsyncEffects,
     Learn,
     RedisCheck,
     RedisReplaced,
     Scripts,
-    check_replicas,
     cold_rejected,
     cold_silent,
     cold_unavailable,
@@ -49,7 +45,6 @@ from langgraph_durable._tiers.common import (
     hot_unavailable,
     layout_learned,
     not_set_up,
-    owed_timed_out,
     polluted,
     replica_wait,
     rolled_back_by_postgres,
@@ -59,6 +54,7 @@ from langgraph_durable._tiers.common import (
     told,
     wrong_type,
 )
+from langgraph_durable._tiers.pipeline import Io, ScriptCalls, Send, Steps
 from langgraph_durable._tiers.watchdog import Watchdog
 from langgraph_durable.config import SaverConfig, seconds
 from langgraph_durable.errors import TierUnavailableError
@@ -71,7 +67,6 @@ ROLLBACK_RETRIES = 3
 POOL_SLICE = 0.25
 
 T = TypeVar("T")
-logger = logging.getLogger("langgraph_durable")
 # Redis connections a driver keeps out of its own pool for the next script (`Tiers._keep`).
 HELD = 8
 # The attribute of a Redis connection naming the Redis process (run id) it reached, None
@@ -100,8 +95,7 @@ class Tiers:
         self._slots = Slots(config)
         self.clients = clients.for_loop(config, provided or clients.Provided())
         self.redis = self.clients.redis
-        self.scripts = Scripts()
-        self.wait = replica_wait(config)
+        self.calls = ScriptCalls(Scripts(), replica_wait(config))
         self.pool = self.clients.postgres
         # connections kept out of the pool for the next script, each with the request whose
         # reply it owes (`Hot.wait` false) or None; a pool shared with the application
@@ -109,7 +103,6 @@ class Tiers:
         self._held: deque[tuple[Any, Hot | None]] = deque()
         self.held = HELD if self.clients.owns_redis else 1
         self._waiting: list[object] = []  # one token per caller waiting for the pool
-        self._damaged: list[Hot] = []  # scripts sent without waiting that met a wrong type
 
     async def open(self, *, detect: bool = True) -> TierUnavailableError | None:
         """Open the pool and, with ``detect``, learn Redis's mode (`detect`); returns the
@@ -201,8 +194,8 @@ class Tiers:
         if evicted (`_repair`), and runs once more; failing so again, it raises
         `TierUnavailableError`. A script sent without waiting that met such a key has its
         keys repaired before the next script runs."""
-        while self._damaged:
-            await self._repair(self._damaged.pop())
+        while self.calls.damaged:
+            await self._repair(self.calls.damaged.pop())
         try:
             return await self._hot(request, built)
         except RedisResponseError as exc:
@@ -297,11 +290,12 @@ class Tiers:
             await pool.release(await self._settled(pool, oldest, sent))
 
     async def _settled(self, pool: Any, conn: Any, owed: Hot | None) -> Any:
-        """``conn`` once its owed reply, if any, is read (`_settle`). Stopped meanwhile
-        (cancelled), the connection goes back to the pool closed (`_drop`)."""
+        """``conn`` once its owed reply, if any, is read (`pipeline.ScriptCalls.settle`).
+        Stopped meanwhile (cancelled), the connection goes back to the pool closed
+        (`_drop`)."""
         if owed is not None:
             try:
-                await self._settle(conn, owed)
+                await self._drive(conn, self.calls.settle(owed))
             except BaseException:
                 await self._drop(pool, conn)
                 raise
@@ -313,81 +307,34 @@ class Tiers:
         await conn.disconnect()
         await pool.release(conn)
 
-    async def _settle(self, conn: Any, request: Hot, *, source: bool = True,
-                      failed: list[BaseException] | None = None) -> bool:
-        """Read the owed reply of a script sent without waiting. A server that lost the
-        script gets its source (and that reply is read now), or, with ``source`` false,
-        True is returned: the caller has a command in flight behind it and sends the source
-        once that command's reply is read. A failure is logged, not raised: it belongs to an
-        operation that has returned, whose intent keeps readers on Postgres until the
-        intent's deadline (or until the update lands); it is added to ``failed``, for the
-        caller that waits on the same connection (`_script`)."""
-        try:
-            try:
-                await conn.read_response()
-            except NoScriptError:
-                if not source:
-                    return True
-                await conn.send_packed_command(self.scripts.packed(request, source=True))
-                await conn.read_response()
-            self.scripts.sent(request)
-        except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
-            if failed is not None:
-                failed.append(exc)
-            if not isinstance(exc, RedisResponseError):  # a refusal leaves the stream in step
-                await conn.disconnect()
-            if wrong_type(exc):  # the next script's call repairs its keys, and says so
-                self._damaged.append(request)
-            level = (logging.DEBUG if isinstance(exc, LOST_CONNECTION) or wrong_type(exc)
-                     else logging.WARNING)
-            logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
-                       "readers use Postgres until its intent's deadline", request.script.name, exc)
-        return False
-
     async def _script(self, conn: Any, request: Hot | HotBatch, owed: list[Hot]) -> Any:
-        """Send ``request`` on ``conn`` and read its reply. A script ``conn`` still owes the
-        reply of (``owed``, taken from the list: a retry does not read it again) has that
-        reply read first; a waited-for script is sent before it is read, so the two share a
-        round trip (Redis runs them in the order sent). An owed reply that Redis did not
-        send within ``tier_timeout`` fails this script at once (`owed_timed_out`)."""
+        """Send ``request`` on ``conn`` and read its reply (`pipeline.ScriptCalls.call`). A
+        script ``conn`` still owes the reply of (``owed``) has that reply read too; it is
+        taken from the list, so a retry does not read it again."""
         if self.redis_check is not None:
             await self._reached(conn, owed)
-        before = owed.pop() if owed else None
-        failed: list[BaseException] = []
-        if before is not None and (isinstance(request, HotBatch) or not request.wait):
-            await self._settle(conn, before, failed=failed)
-            owed_timed_out(failed)
-            before = None
-        if isinstance(request, HotBatch):
-            await conn.send_packed_command(self.scripts.packed(*request.requests, source=True))
-            replies = [await conn.read_response() for _ in request.requests]
-            if any(each.script.replicated for each in request.requests):
-                await self._replicated(conn)
-            return replies
-        if not request.wait:  # the reply is read before the connection's next use
-            await conn.send_packed_command(self.scripts.packed(request))
-            return None
-        await conn.send_packed_command(self.scripts.packed(request))
-        if request.meanwhile is not None:
-            request.meanwhile()
-        # The owed reply comes first. A server that lost its script cache failed that script
-        # too: its source goes once this reply is read (Redis ran this script first; the
-        # writer's intent keeps readers on Postgres until the update lands).
-        lost = before is not None and await self._settle(conn, before, source=False,
-                                                         failed=failed)
-        owed_timed_out(failed)
-        if not conn.is_connected:  # the owed reply broke the connection: this one is lost too
-            raise RedisConnectionError("connection lost while reading an owed reply")
+        return await self._drive(conn, self.calls.call(request, owed.pop() if owed else None))
+
+    @staticmethod
+    async def _drive(conn: Any, steps: Steps[T]) -> T:
+        """Carry out a script call's steps (`pipeline`) on ``conn``: all the driver does of
+        the call is send, read and close."""
         try:
-            reply, refused = await self._reply(conn, request), None
-        except RedisResponseError as exc:  # read whole: the connection is still in step
-            reply, refused = None, exc
-        if lost and before is not None:
-            await conn.send_packed_command(self.scripts.packed(before, source=True))
-            await self._settle(conn, before)
-        if refused is not None:
-            raise refused
-        return reply
+            step = next(steps)
+            while True:
+                try:
+                    if isinstance(step, Send):
+                        done = await conn.send_packed_command(step.packed)
+                    elif step is Io.READ:
+                        done = await conn.read_response()
+                    else:
+                        done = await conn.disconnect()
+                except Exception as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(done)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
 
     async def _reached(self, conn: Any, owed: list[Hot]) -> None:
         """Connect ``conn`` if it is not, learn which Redis process it reached (``INFO
@@ -417,26 +364,6 @@ class Tiers:
         another Redis process now."""
         setattr(conn, REACHED, None)
 
-    async def _reply(self, conn: Any, request: Hot) -> Any:
-        """The reply of ``request``, sent on ``conn``: sent again with its source if the
-        server does not hold the script."""
-        try:
-            reply = await conn.read_response()
-        except NoScriptError:
-            await conn.send_packed_command(self.scripts.packed(request, source=True))
-            reply = await conn.read_response()
-        self.scripts.sent(request)
-        if request.script.replicated:
-            await self._replicated(conn)
-        return reply
-
-    async def _replicated(self, conn: Any) -> None:
-        """With ``redis_replica_acks``, wait until that many replicas hold the connection's
-        writes so far (``WAIT``)."""
-        if self.wait is not None:
-            await conn.send_packed_command(conn.pack_command(*self.wait))
-            check_replicas(await conn.read_response(), self.wait)
-
     async def _cluster_hot(self, request: Hot | HotBatch) -> Any:
         """Run a script on the primary that owns its keys' slot (the cluster client routes
         ``EVAL``/``EVALSHA`` by their keys, follows MOVED/ASK and refreshes the topology
@@ -446,17 +373,18 @@ class Tiers:
         is down. At most ``redis_max_connections`` calls are in flight (see `Slots`)."""
         if isinstance(request, HotBatch):
             return [await self._cluster_hot(each) for each in request.requests]
+        scripts = self.calls.scripts
         try:
             await self._slots.acquire()
             try:
                 try:
-                    reply = await self.cluster.execute_command(*self.scripts.command(request))
+                    reply = await self.cluster.execute_command(*scripts.command(request))
                 except NoScriptError:
-                    command = self.scripts.command(request, source=True)
+                    command = scripts.command(request, source=True)
                     reply = await self.cluster.execute_command(*command)
             finally:
                 self._slots.release()
-            self.scripts.sent(request)
+            scripts.sent(request)
             return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc

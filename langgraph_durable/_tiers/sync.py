@@ -9,7 +9,6 @@ edit that file, not this one.
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
 import time
 from collections import deque
@@ -20,7 +19,6 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 from psycopg.rows import dict_row
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
 
@@ -33,14 +31,12 @@ from langgraph_durable._tiers.cluster import Slots, check_layout, cluster_client
 from langgraph_durable._tiers.common import (
     COLD_ERRORS,
     HOT_ERRORS,
-    LOST_CONNECTION,
     REJECTED_ERRORS,
     Effects,
     Learn,
     RedisCheck,
     RedisReplaced,
     Scripts,
-    check_replicas,
     cold_rejected,
     cold_silent,
     cold_unavailable,
@@ -48,7 +44,6 @@ from langgraph_durable._tiers.common import (
     hot_unavailable,
     layout_learned,
     not_set_up,
-    owed_timed_out,
     polluted,
     replica_wait,
     rolled_back_by_postgres,
@@ -58,6 +53,7 @@ from langgraph_durable._tiers.common import (
     told,
     wrong_type,
 )
+from langgraph_durable._tiers.pipeline import Io, ScriptCalls, Send, Steps
 from langgraph_durable._tiers.watchdog import Watchdog
 from langgraph_durable.config import SaverConfig, seconds
 from langgraph_durable.errors import TierUnavailableError
@@ -70,7 +66,6 @@ ROLLBACK_RETRIES = 3
 POOL_SLICE = 0.25
 
 T = TypeVar("T")
-logger = logging.getLogger("langgraph_durable")
 # Redis connections a driver keeps out of its own pool for the next script (`Tiers._keep`).
 HELD = 8
 # The attribute of a Redis connection naming the Redis process (run id) it reached, None
@@ -99,8 +94,7 @@ class Tiers:
         self._slots = Slots(config)
         self.clients = clients.blocking(config, provided or clients.Provided())
         self.redis = self.clients.redis
-        self.scripts = Scripts()
-        self.wait = replica_wait(config)
+        self.calls = ScriptCalls(Scripts(), replica_wait(config))
         self.pool = self.clients.postgres
         # connections kept out of the pool for the next script, each with the request whose
         # reply it owes (`Hot.wait` false) or None; a pool shared with the application
@@ -108,7 +102,6 @@ class Tiers:
         self._held: deque[tuple[Any, Hot | None]] = deque()
         self.held = HELD if self.clients.owns_redis else 1
         self._waiting: list[object] = []  # one token per caller waiting for the pool
-        self._damaged: list[Hot] = []  # scripts sent without waiting that met a wrong type
 
     def open(self, *, detect: bool = True) -> TierUnavailableError | None:
         """Open the pool and, with ``detect``, learn Redis's mode (`detect`); returns the
@@ -200,8 +193,8 @@ class Tiers:
         if evicted (`_repair`), and runs once more; failing so again, it raises
         `TierUnavailableError`. A script sent without waiting that met such a key has its
         keys repaired before the next script runs."""
-        while self._damaged:
-            self._repair(self._damaged.pop())
+        while self.calls.damaged:
+            self._repair(self.calls.damaged.pop())
         try:
             return self._hot(request, built)
         except RedisResponseError as exc:
@@ -296,11 +289,12 @@ class Tiers:
             pool.release(self._settled(pool, oldest, sent))
 
     def _settled(self, pool: Any, conn: Any, owed: Hot | None) -> Any:
-        """``conn`` once its owed reply, if any, is read (`_settle`). Stopped meanwhile
-        (cancelled), the connection goes back to the pool closed (`_drop`)."""
+        """``conn`` once its owed reply, if any, is read (`pipeline.ScriptCalls.settle`).
+        Stopped meanwhile (cancelled), the connection goes back to the pool closed
+        (`_drop`)."""
         if owed is not None:
             try:
-                self._settle(conn, owed)
+                self._drive(conn, self.calls.settle(owed))
             except BaseException:
                 self._drop(pool, conn)
                 raise
@@ -312,81 +306,34 @@ class Tiers:
         conn.disconnect()
         pool.release(conn)
 
-    def _settle(self, conn: Any, request: Hot, *, source: bool = True,
-                      failed: list[BaseException] | None = None) -> bool:
-        """Read the owed reply of a script sent without waiting. A server that lost the
-        script gets its source (and that reply is read now), or, with ``source`` false,
-        True is returned: the caller has a command in flight behind it and sends the source
-        once that command's reply is read. A failure is logged, not raised: it belongs to an
-        operation that has returned, whose intent keeps readers on Postgres until the
-        intent's deadline (or until the update lands); it is added to ``failed``, for the
-        caller that waits on the same connection (`_script`)."""
-        try:
-            try:
-                conn.read_response()
-            except NoScriptError:
-                if not source:
-                    return True
-                conn.send_packed_command(self.scripts.packed(request, source=True))
-                conn.read_response()
-            self.scripts.sent(request)
-        except HOT_ERRORS as exc:  # an outage is the breaker's to report; a refusal is news
-            if failed is not None:
-                failed.append(exc)
-            if not isinstance(exc, RedisResponseError):  # a refusal leaves the stream in step
-                conn.disconnect()
-            if wrong_type(exc):  # the next script's call repairs its keys, and says so
-                self._damaged.append(request)
-            level = (logging.DEBUG if isinstance(exc, LOST_CONNECTION) or wrong_type(exc)
-                     else logging.WARNING)
-            logger.log(level, "a Redis update sent without waiting failed (%s script): %s; "
-                       "readers use Postgres until its intent's deadline", request.script.name, exc)
-        return False
-
     def _script(self, conn: Any, request: Hot | HotBatch, owed: list[Hot]) -> Any:
-        """Send ``request`` on ``conn`` and read its reply. A script ``conn`` still owes the
-        reply of (``owed``, taken from the list: a retry does not read it again) has that
-        reply read first; a waited-for script is sent before it is read, so the two share a
-        round trip (Redis runs them in the order sent). An owed reply that Redis did not
-        send within ``tier_timeout`` fails this script at once (`owed_timed_out`)."""
+        """Send ``request`` on ``conn`` and read its reply (`pipeline.ScriptCalls.call`). A
+        script ``conn`` still owes the reply of (``owed``) has that reply read too; it is
+        taken from the list, so a retry does not read it again."""
         if self.redis_check is not None:
             self._reached(conn, owed)
-        before = owed.pop() if owed else None
-        failed: list[BaseException] = []
-        if before is not None and (isinstance(request, HotBatch) or not request.wait):
-            self._settle(conn, before, failed=failed)
-            owed_timed_out(failed)
-            before = None
-        if isinstance(request, HotBatch):
-            conn.send_packed_command(self.scripts.packed(*request.requests, source=True))
-            replies = [conn.read_response() for _ in request.requests]
-            if any(each.script.replicated for each in request.requests):
-                self._replicated(conn)
-            return replies
-        if not request.wait:  # the reply is read before the connection's next use
-            conn.send_packed_command(self.scripts.packed(request))
-            return None
-        conn.send_packed_command(self.scripts.packed(request))
-        if request.meanwhile is not None:
-            request.meanwhile()
-        # The owed reply comes first. A server that lost its script cache failed that script
-        # too: its source goes once this reply is read (Redis ran this script first; the
-        # writer's intent keeps readers on Postgres until the update lands).
-        lost = before is not None and self._settle(conn, before, source=False,
-                                                         failed=failed)
-        owed_timed_out(failed)
-        if not conn.is_connected:  # the owed reply broke the connection: this one is lost too
-            raise RedisConnectionError("connection lost while reading an owed reply")
+        return self._drive(conn, self.calls.call(request, owed.pop() if owed else None))
+
+    @staticmethod
+    def _drive(conn: Any, steps: Steps[T]) -> T:
+        """Carry out a script call's steps (`pipeline`) on ``conn``: all the driver does of
+        the call is send, read and close."""
         try:
-            reply, refused = self._reply(conn, request), None
-        except RedisResponseError as exc:  # read whole: the connection is still in step
-            reply, refused = None, exc
-        if lost and before is not None:
-            conn.send_packed_command(self.scripts.packed(before, source=True))
-            self._settle(conn, before)
-        if refused is not None:
-            raise refused
-        return reply
+            step = next(steps)
+            while True:
+                try:
+                    if isinstance(step, Send):
+                        done = conn.send_packed_command(step.packed)
+                    elif step is Io.READ:
+                        done = conn.read_response()
+                    else:
+                        done = conn.disconnect()
+                except Exception as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(done)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
 
     def _reached(self, conn: Any, owed: list[Hot]) -> None:
         """Connect ``conn`` if it is not, learn which Redis process it reached (``INFO
@@ -416,26 +363,6 @@ class Tiers:
         another Redis process now."""
         setattr(conn, REACHED, None)
 
-    def _reply(self, conn: Any, request: Hot) -> Any:
-        """The reply of ``request``, sent on ``conn``: sent again with its source if the
-        server does not hold the script."""
-        try:
-            reply = conn.read_response()
-        except NoScriptError:
-            conn.send_packed_command(self.scripts.packed(request, source=True))
-            reply = conn.read_response()
-        self.scripts.sent(request)
-        if request.script.replicated:
-            self._replicated(conn)
-        return reply
-
-    def _replicated(self, conn: Any) -> None:
-        """With ``redis_replica_acks``, wait until that many replicas hold the connection's
-        writes so far (``WAIT``)."""
-        if self.wait is not None:
-            conn.send_packed_command(conn.pack_command(*self.wait))
-            check_replicas(conn.read_response(), self.wait)
-
     def _cluster_hot(self, request: Hot | HotBatch) -> Any:
         """Run a script on the primary that owns its keys' slot (the cluster client routes
         ``EVAL``/``EVALSHA`` by their keys, follows MOVED/ASK and refreshes the topology
@@ -445,17 +372,18 @@ class Tiers:
         is down. At most ``redis_max_connections`` calls are in flight (see `Slots`)."""
         if isinstance(request, HotBatch):
             return [self._cluster_hot(each) for each in request.requests]
+        scripts = self.calls.scripts
         try:
             self._slots.acquire()
             try:
                 try:
-                    reply = self.cluster.execute_command(*self.scripts.command(request))
+                    reply = self.cluster.execute_command(*scripts.command(request))
                 except NoScriptError:
-                    command = self.scripts.command(request, source=True)
+                    command = scripts.command(request, source=True)
                     reply = self.cluster.execute_command(*command)
             finally:
                 self._slots.release()
-            self.scripts.sent(request)
+            scripts.sent(request)
             return reply
         except HOT_ERRORS as exc:
             raise (hot_unavailable(exc) or exc) from exc
