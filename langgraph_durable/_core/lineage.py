@@ -35,6 +35,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from langchain_core.runnables import RunnableConfig
 
@@ -46,12 +47,14 @@ RUN_KEY = "__pregel_runtime"
 _EMPTY = ""
 
 class Marks:
-    """One caller's marks: which checkpoints its puts extend (compared) or fork from."""
+    """One caller's marks: which checkpoints its puts extend (compared) or fork from, and
+    the namespaces where a put of its failed (`put_failed`)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._lock = threading.Lock()
         self._marks: OrderedDict[tuple[str, str, str], bool] = OrderedDict()
+        self._failed: dict[tuple[str, str], tuple[str, str]] = {}
 
     def read(
         self, thread_id: str, ns: str, checkpoint_id: str | None, *, latest: bool,
@@ -86,6 +89,28 @@ class Marks:
         with self._lock:
             return self._marks.get(key, False)
 
+    def put_failed(self, thread_id: str, ns: str, checkpoint_id: str, why: str) -> None:
+        """A put of the caller failed. Under ``durability="async"`` a LangGraph run puts
+        each checkpoint of a namespace after the one before has been stored, and puts none
+        after one failed: none of its later checkpoints there is on its way (`unstored`)."""
+        with self._lock:
+            self._failed[thread_id, ns] = (checkpoint_id, why)
+
+    def put_stored(self, thread_id: str, ns: str) -> None:
+        """A put of the caller succeeded: its checkpoints of the namespace are on their way
+        again."""
+        if self._failed:  # a look without the lock: most callers never failed
+            with self._lock:
+                self._failed.pop((thread_id, ns), None)
+
+    def unstored(self, thread_id: str, checkpoints: Mapping[str, str]) -> tuple[str, str] | None:
+        """Of the namespaces of ``checkpoints`` (namespace -> id), the first where a put of
+        the caller failed since its last stored one: the checkpoint that failed, and why.
+        A checkpoint there not in Postgres now never will be (`put_failed`)."""
+        with self._lock:
+            return next((self._failed[thread_id, ns] for ns in checkpoints
+                         if (thread_id, ns) in self._failed), None)
+
     def _set(self, key: tuple[str, str, str], extends: bool) -> None:
         self._marks[key] = extends
         self._marks.move_to_end(key)
@@ -118,6 +143,15 @@ class Lineage:
             task = None
         owner = task if task is not None else threading.current_thread()
         return self._marks(owner, weakref.ref(owner))
+
+    def run(self, config: RunnableConfig | None) -> Marks | None:
+        """The marks of the whole LangGraph run a call belongs to, its subgraphs' loops and
+        its tasks included (their runtime objects are copies of the run's, and share its
+        ``control``, made once per run), for what holds across them (`Marks.put_failed`);
+        None outside a run, or for a LangGraph without run control."""
+        runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
+        control = getattr(runtime, "control", None)
+        return None if control is None else self._marks(control, control)
 
     def _marks(self, owner: object, holder: object) -> Marks:
         """``owner``'s marks; ``holder`` keeps its id from going to another object while

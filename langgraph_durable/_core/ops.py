@@ -2,7 +2,7 @@
 
 Each returns an `Op` that a driver runs: `hot` (Redis plumbing and the write-through
 protocol), `reads`, `writes`, `delta`; this module gathers them for the saver and adds
-`health`.
+`health` and the record of the puts that failed (`put`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from langgraph_durable._core import journal, ledger
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+
+from langgraph_durable._core import journal, ledger, writes
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.delta import delta_channel_history
 from langgraph_durable._core.hot import poll_marks, recover_hot
@@ -22,7 +25,6 @@ from langgraph_durable._core.writes import (
     delete_for_runs,
     delete_threads,
     prune,
-    put,
     put_writes,
 )
 from langgraph_durable.errors import TierUnavailableError
@@ -42,6 +44,29 @@ __all__ = [
     "recover_hot",
     "sweep",
 ]
+
+
+def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
+        metadata: CheckpointMetadata, new_versions: ChannelVersions) -> Op[RunnableConfig]:
+    """`writes.put`, and whether it failed, in the marks of the LangGraph run that made it
+    (`Marks.put_failed`: a durable tool of the run then knows its step's checkpoint is not
+    on its way). A put stopped midway (a cancelled ``ainvoke``) is not noted: it may have
+    committed."""
+    run = ctx.lineage.run(config)
+    try:
+        stored = yield from writes.put(ctx, config, checkpoint, metadata, new_versions)
+    except Exception as exc:
+        configurable = config.get("configurable") or {}
+        thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
+        checkpoint_id = checkpoint.get("id")
+        if run is not None and (isinstance(thread_id, str) and isinstance(ns, str)
+                                and isinstance(checkpoint_id, str)):
+            run.put_failed(thread_id, ns, checkpoint_id, f"{type(exc).__name__}: {exc}")
+        raise
+    if run is not None:
+        configurable = stored["configurable"]
+        run.put_stored(configurable["thread_id"], configurable["checkpoint_ns"])
+    return stored
 
 
 def health(ctx: Context) -> Op[dict[str, Any]]:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar, get_args
 
 from langgraph_durable._core.ledger.keys import claim_nonce
+from langgraph_durable._core.lineage import Marks
 from langgraph_durable._core.requests import Request
 
 Status = Literal["started", "succeeded", "failed", "uncertain"]
@@ -129,6 +130,9 @@ class CallSpec:
     # (namespace, checkpoint id) of each enclosing graph's running step, for a call in a
     # subgraph: the decision waits for these too
     ancestry: tuple[tuple[str, str], ...] = ()
+    # the marks of the LangGraph run that makes the call (`Lineage.run`): whether a put of
+    # that run failed, so the checkpoint that decided the call is not on its way
+    run: Marks | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,7 +171,8 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
     Raises:
         TierUnavailableError: Postgres (or, written behind, Redis) cannot be reached; the
             tool does not run.
-        ToolCallError: the checkpoint did not reach Postgres within ``write_deadline``.
+        ToolCallError: the checkpoint did not reach Postgres within ``write_deadline``, or
+            its put failed.
     """
     if spec.decided_by is None:
         return None
@@ -201,6 +202,7 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
                 return seen
         if row["decided"]:
             return None
+        _on_its_way(spec, deciding)
         if drained is not None and drained - started >= in_flight and not (
                 yield from _unflushed(ctx, spec.thread_id, deciding)):
             raise ToolCallError(
@@ -230,6 +232,21 @@ def _decision_durable(ctx: Context, spec: CallSpec) -> Op[Seen | None]:
         if behind:
             drained = time.monotonic()
             yield from journal.flush(ctx, timeout=None, thread_ids=[spec.thread_id])
+
+
+def _on_its_way(spec: CallSpec, deciding: dict[str, str]) -> None:
+    """Raise `ToolCallError` if a put of the call's run failed in the namespace of one of
+    the ``deciding`` checkpoints (`Marks.unstored`): that checkpoint is not on its way."""
+    unstored = spec.run.unstored(spec.thread_id, deciding) if spec.run else None
+    if unstored is not None:
+        raise ToolCallError(
+            f"tool call {spec.key} ({spec.tool}, thread {spec.thread_id!r}) did not run: "
+            f"checkpoint {spec.decided_by!r}, which decided it, will not reach Postgres: "
+            f"the run's put of checkpoint {unstored[0]!r} failed ({unstored[1]}), and "
+            "LangGraph puts none of the run's later checkpoints. Resume the thread from "
+            "its last stored checkpoint",
+            key=spec.key,
+        )
 
 
 def _unflushed(ctx: Context, thread_id: str, deciding: dict[str, str]) -> Op[bool]:
