@@ -258,13 +258,18 @@ class Checker:
                                 f"its threads:\n{stacks}")
 
     def _run_to_end(self, r: Run, graph: Any, config: Any) -> bool:
-        """Resume ``config``'s thread to its end (as the operator would after a crash)."""
-        state = graph.get_state(config)
-        if not finished(r.workload, state.values):
-            self.tally.resumed += 1
-            try:
+        """Resume ``config``'s thread to its end (as the operator would after a crash;
+        again, from what is stored then, while a write-behind saver refuses Redis)."""
+        def resume() -> None:
+            state = graph.get_state(config)
+            if not finished(r.workload, state.values):
                 graph.invoke(None if state.created_at else INPUTS[r.workload], config,
                              durability=r.durability)
+
+        if not finished(r.workload, retried(lambda: graph.get_state(config)).values):
+            self.tally.resumed += 1
+            try:
+                retried(resume)
             except Exception as exc:  # every failure to resume is reported
                 self.tally.violation(r, f"resume of {config['configurable']['thread_id']} raised "
                                         f"{type(exc).__name__}: {exc}")
