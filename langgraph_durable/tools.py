@@ -298,7 +298,7 @@ class DurableTool(BaseTool):
             # LangGraph writes its durability into the config only when it was given;
             # its default is "async"
             durability=configurable.get(_DURABILITY) or "async",
-            run=saver.engine.context.lineage.run(config),
+            run=saver.engine.context.lineage.run(config, make=True),
             step=langgraph_step(ensure_config(config).get("metadata") or {}) if task_id else None,
         )
 

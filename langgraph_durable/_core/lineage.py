@@ -144,14 +144,24 @@ class Lineage:
         owner = task if task is not None else threading.current_thread()
         return self._marks(owner, weakref.ref(owner))
 
-    def run(self, config: RunnableConfig | None) -> Marks | None:
+    def run(self, config: RunnableConfig | None, *, make: bool = False) -> Marks | None:
         """The marks of the whole LangGraph run a call belongs to, its subgraphs' loops and
         its tasks included (their runtime objects are copies of the run's, and share its
         ``control``, made once per run), for what holds across them (`Marks.put_failed`);
-        None outside a run, or for a LangGraph without run control."""
+        None outside a run, for a LangGraph without run control, or, unless ``make``, for
+        a run that has none yet (most never do: a failed put or a durable tool makes
+        them, so a put that succeeds only looks)."""
         runtime = ((config or {}).get("configurable") or {}).get(RUN_KEY)
         control = getattr(runtime, "control", None)
-        return None if control is None else self._marks(control, control)
+        if control is None:
+            return None
+        return self._marks(control, control) if make else self._known(control)
+
+    def _known(self, owner: object) -> Marks | None:
+        """``owner``'s marks, if it has any."""
+        with self._lock:
+            entry = self._callers.get(id(owner))
+            return entry[1] if entry is not None and _held(entry) is owner else None
 
     def _marks(self, owner: object, holder: object) -> Marks:
         """``owner``'s marks; ``holder`` keeps its id from going to another object while

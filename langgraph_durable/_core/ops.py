@@ -52,17 +52,18 @@ def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
     (`Marks.put_failed`: a durable tool of the run then knows its step's checkpoint is not
     on its way). A put stopped midway (a cancelled ``ainvoke``) is not noted: it may have
     committed."""
-    run = ctx.lineage.run(config)
     try:
         stored = yield from writes.put(ctx, config, checkpoint, metadata, new_versions)
     except Exception as exc:
         configurable = config.get("configurable") or {}
         thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
         checkpoint_id = checkpoint.get("id")
+        run = ctx.lineage.run(config, make=True)
         if run is not None and (isinstance(thread_id, str) and isinstance(ns, str)
                                 and isinstance(checkpoint_id, str)):
             run.put_failed(thread_id, ns, checkpoint_id, f"{type(exc).__name__}: {exc}")
         raise
+    run = ctx.lineage.run(config)  # marks only a failed put or a durable tool made
     if run is not None:
         configurable = stored["configurable"]
         run.put_stored(configurable["thread_id"], configurable["checkpoint_ns"])

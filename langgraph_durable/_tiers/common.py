@@ -155,18 +155,6 @@ def replica_wait(config: SaverConfig) -> tuple[Any, ...] | None:
             max(1, round(seconds(config.redis_replica_timeout) * 1000)))
 
 
-def check_replicas(acked: int, wait: tuple[Any, ...]) -> None:
-    """Raise (as a Redis that cannot take writes) if fewer replicas than asked acknowledged.
-
-    Raises:
-        redis.exceptions.ResponseError: ``NOREPLICAS``, which `hot_unavailable` maps.
-    """
-    if int(acked) < wait[1]:
-        raise redis.exceptions.ResponseError(
-            f"NOREPLICAS {acked} of the {wait[1]} replicas asked for acknowledged the write "
-            f"within {wait[2]} ms")
-
-
 # Server replies that mean "the hot tier cannot take this now", not "the request is wrong".
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
                        "NOREPLICAS")
@@ -194,16 +182,6 @@ def rolled_back_by_postgres(exc: psycopg.OperationalError) -> bool:
     """Whether Postgres rolled the transaction back to resolve a conflict with another
     (class 40: a deadlock, a serialization failure): it may simply run again."""
     return bool(exc.sqlstate and exc.sqlstate.startswith("40"))
-
-
-def owed_timed_out(failed: list[BaseException]) -> None:
-    """Raise `redis.exceptions.TimeoutError` if reading a connection's owed reply (`failed`:
-    what that read met) timed out: Redis did not answer within ``tier_timeout``, and the
-    script behind that reply, or a retry of it on a new connection, would wait as long again
-    (a lost connection is retried instead)."""
-    for exc in failed:
-        if isinstance(exc, redis.exceptions.TimeoutError):
-            raise redis.exceptions.TimeoutError(f"an owed reply: {exc}") from exc
 
 
 # Postgres refusing what a statement holds (class 22 data exceptions, 23 constraint

@@ -39,14 +39,13 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from langgraph_durable._core.requests import Hot, HotBatch
 from langgraph_durable._tiers.common import (
     HOT_ERRORS,
     LOST_CONNECTION,
     Scripts,
-    check_replicas,
-    owed_timed_out,
     wrong_type,
 )
 
@@ -172,14 +171,24 @@ class ScriptCalls:
         writes so far (``WAIT``)."""
         if self.wait is not None:
             yield Send([hiredis.pack_command(self.wait)])
-            check_replicas((yield Io.READ), self.wait)
+            acked = yield Io.READ
+            if int(acked) < self.wait[1]:  # as a Redis that cannot take writes
+                raise RedisResponseError(
+                    f"NOREPLICAS {acked} of the {self.wait[1]} replicas asked for "
+                    f"acknowledged the write within {self.wait[2]} ms")
 
 
 def _owed_failed(failed: list[BaseException]) -> None:
-    """Fail the script behind an owed reply whose read timed out (`owed_timed_out`) or
-    broke the connection (closed by `ScriptCalls.settle`: what is sent next would go on a
-    new connection, to a Redis process nobody checked it reached)."""
-    owed_timed_out(failed)
+    """Fail the script behind an owed reply whose read (``failed``: what it met) timed
+    out: Redis did not answer within ``tier_timeout``, and that script, or a retry of it
+    on a new connection, would wait as long again (the driver retries only a lost
+    connection). Or whose read broke the connection (closed by `ScriptCalls.settle`):
+    what is sent next would go on a new connection, to a Redis process nobody checked it
+    reached; the driver's retry reconnects and checks first."""
+    for exc in failed:
+        if isinstance(exc, RedisTimeoutError):
+            raise RedisTimeoutError(f"an owed reply: {exc}") from exc
     for exc in failed:
         if not isinstance(exc, RedisResponseError):
-            raise RedisConnectionError(f"connection lost while reading an owed reply: {exc}")
+            raise RedisConnectionError(
+                f"connection lost while reading an owed reply: {exc}") from exc

@@ -82,3 +82,31 @@ def test_a_sub_agents_call_whose_parent_step_could_not_be_stored_fails_at_once(
     assert failed and calls == []
     stored = list(saver.list(thread_config(thread)))
     assert stored and all(c.config["configurable"]["checkpoint_ns"] != "" for c in stored)
+
+
+def test_a_call_whose_steps_put_fails_while_it_waits_stops_waiting(
+        make_saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The put of the checkpoint the tool's step ran from is in flight when the tool
+    starts waiting for it, and fails half a second later (Postgres cut mid-statement): the
+    tool stops waiting then, not at ``write_deadline``."""
+    saver = make_saver(write_deadline=WRITE_DEADLINE)
+    put = writes.put
+    failed: list[str] = []
+
+    def step_put_fails_late(ctx: Any, config: Any, checkpoint: Any, metadata: Any,
+                            *args: Any) -> Generator[Any, Any, Any]:
+        if metadata.get("step") == 0:
+            time.sleep(0.5)
+            failed.append(checkpoint["id"])
+            raise TierUnavailableError("cold", "Postgres (cold tier) is unavailable: test")
+        return (yield from put(ctx, config, checkpoint, metadata, *args))
+
+    monkeypatch.setattr(writes, "put", step_put_fails_late)
+    calls: list[int] = []
+    graph = charge_card_graph(saver, calls)
+    started = time.monotonic()
+    with pytest.raises(ToolCallError, match="will not reach Postgres"):
+        graph.invoke({"messages": [AIMessage("", tool_calls=[CHARGE_CALL])]},
+                     thread_config(new_thread()), durability="async")
+    assert 0.5 <= time.monotonic() - started < WRITE_DEADLINE / 2
+    assert failed and calls == []
