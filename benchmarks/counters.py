@@ -266,6 +266,9 @@ class PostgresProbe:
             "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (end,)
         ) and time.monotonic() < deadline:
             time.sleep(0.05)
+        # An insert position read right at a page boundary already counts the next page's
+        # header, which is flushed only with the next record: the records end before it.
+        end = str(self._one("SELECT LEAST(pg_current_wal_flush_lsn(), %s::pg_lsn)", (end,)))
         row = self.conn.execute(
             WAL_OF_DATABASE_SQL, {"start": start, "end": end, "pattern": f"% rel %/{oid}/%"}
         ).fetchone()
