@@ -85,7 +85,8 @@ class StoredCheckpoint:
     run_id: str | None
     frame: bytes
     metadata: str
-    # JSON of the versions of the channels whose values are blobs (not `is_inline`)
+    # JSON of the versions of the channels whose values are blobs (they have a value,
+    # not `is_inline`)
     channel_versions: str
     # (channel, version, frame) for the versions this put introduces
     blobs: list[tuple[str, str, bytes]] = field(default_factory=list)
@@ -253,6 +254,10 @@ def encode_checkpoint(
     meta = get_serializable_checkpoint_metadata(config, metadata)
     metadata_json = _metadata_json(meta, where, checkpoint_id)
     run_id = meta.get("run_id")
+    # The channels with a blob value: what Postgres looks blobs up by. A channel with no
+    # value here (a routing channel its step consumed, most of them at most steps) has
+    # no blob to find, and its version is in the frame with every other.
+    blobbed = [ch for ch in values if ch in versions and ch not in inline]
     return StoredCheckpoint(
         where=where,
         checkpoint_id=checkpoint_id,
@@ -265,10 +270,9 @@ def encode_checkpoint(
             sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, where.checkpoint_id),
         ),
         metadata=metadata_json,
-        # what Postgres looks blobs up by: an inline value has none
-        channel_versions=json.dumps({k: str(v) for k, v in versions.items() if k not in inline}),
+        channel_versions=json.dumps({ch: str(versions[ch]) for ch in blobbed}),
         blobs=blobs,
-        refs=[blob_field(ch, versions[ch]) for ch in values if ch in versions and ch not in inline],
+        refs=[blob_field(ch, versions[ch]) for ch in blobbed],
         types=types,
     )
 

@@ -72,6 +72,21 @@ def test_small_scalars_are_inline_and_every_value_reads_back_with_its_type(seal:
     assert {ch: type(v) for ch, v in back.items()} == {ch: type(v) for ch, v in VALUES.items()}
 
 
+def test_a_channel_without_a_value_has_no_version_for_postgres_to_look_up() -> None:
+    """A routing channel its step consumed keeps its version (LangGraph reads it from the
+    checkpoint) but has no value, so no blob: Postgres is not given its version to look
+    one up by."""
+    codec = Codec(JsonPlusSerializer())
+    checkpoint = _checkpoint({"messages": ["hello"]})
+    checkpoint["channel_versions"]["branch:to:act"] = f"{7:032}.1"
+    stored = encode_checkpoint(codec, CONFIG, checkpoint, {}, checkpoint["channel_versions"])
+    assert json.loads(stored.channel_versions) == {"messages": f"{0:032}.1"}
+    assert stored.refs == [blob_field("messages", f"{0:032}.1")]
+    tup = build_tuple(codec, stored.where, stored.checkpoint_id, stored.parent_id,
+                      stored.frame, {}, stored.blobs, [])
+    assert tup.checkpoint["channel_versions"] == checkpoint["channel_versions"]
+
+
 def test_an_unchanged_inline_value_is_held_again_by_the_next_checkpoint() -> None:
     """A channel whose version did not move has no new blob: an inline value must be in
     every checkpoint that holds it, since no blob row will ever hold it."""

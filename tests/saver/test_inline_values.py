@@ -85,3 +85,37 @@ def test_small_scalars_read_back_as_in_memory_from_either_tier(saver: DurableSav
                             "note": LONG_NOTE, "missing": None, "items": ["a"]}
     # the long string and the list are blobs; no scalar, and no routing channel, is one
     assert _blob_channels(saver.config.schema, thread_id) == {"note", "items", "__start__"}
+
+
+def test_postgres_lists_a_version_only_for_a_channel_whose_value_is_a_blob(
+    saver: DurableSaver,
+) -> None:
+    """The versions column is what a Postgres read looks blobs up by: a channel with no
+    value at a checkpoint (a routing channel its step consumed) has none to find, so it is
+    left out of the column, while LangGraph still reads its version from the checkpoint."""
+    thread_id = f"t-{uuid.uuid4()}"
+    config = {"configurable": {"thread_id": thread_id}}
+    memory = InMemorySaver()
+    for checkpointer in (memory, saver):
+        _graph(checkpointer).invoke({"count": 0}, config)
+    saver.flush()
+    with psycopg.connect(POSTGRES_URL) as conn:
+        listed = conn.execute(
+            f"""SELECT c.checkpoint_id, v.key,
+                       EXISTS (SELECT 1 FROM "{saver.config.schema}".lgd_blobs b
+                               WHERE b.thread_id = c.thread_id
+                                 AND b.checkpoint_ns = c.checkpoint_ns
+                                 AND b.channel = v.key AND b.version = v.value)
+                FROM "{saver.config.schema}".lgd_checkpoints c,
+                     jsonb_each_text(c.channel_versions) v
+                WHERE c.thread_id = %s""",
+            (thread_id,),
+        ).fetchall()
+    assert listed, "a checkpoint with a blob value lists its version"
+    assert [(checkpoint_id, channel) for checkpoint_id, channel, found in listed
+            if not found] == []
+    forget_hot(saver, thread_id)
+    with twin(saver) as other:  # Postgres alone
+        versions = [sorted(t.checkpoint["channel_versions"]) for t in other.list(config)]
+    assert versions == [sorted(t.checkpoint["channel_versions"]) for t in memory.list(config)]
+    assert any("branch:to:second" in each for each in versions)
