@@ -400,6 +400,49 @@ def test_a_bound_the_user_sets_holds_for_async_calls(
     assert all(isinstance(out, dict) for name, (_, out) in times.items() if name != "asetup")
 
 
+def test_a_large_checkpoint_sent_to_a_frozen_redis_costs_each_async_call_the_bound(
+    namespace: tuple[str, str], write_mode: str, tmp_path: Path
+) -> None:
+    """Redis frozen while a thread's state grows by 8 MB a turn: what Redis does not read
+    stays in the connection's buffer, and the invoke that sent it and each one after it
+    in the same event loop (the same connections) finish within tier_timeout (1 s) plus
+    margin: written through, on Postgres; written behind, refused."""
+    schema, prefix = namespace
+
+    async def turns(server: PrivateRedis) -> list[tuple[float, Any]]:
+        saver = DurableSaver(server.url, POSTGRES_URL, schema=schema, key_prefix=prefix,
+                             write_mode=write_mode, tier_timeout=1.0,  # type: ignore[arg-type]
+                             background_flush=False)
+        await saver.asetup()
+        graph = chat_graph(saver)
+        config = {"configurable": {"thread_id": f"large-{uuid.uuid4()}"}}
+        await graph.ainvoke({"messages": [("user", "before")]}, config)
+        server.freeze()
+        took = []
+        try:
+            for turn in range(3):
+                started = time.monotonic()
+                try:
+                    out: Any = await graph.ainvoke(
+                        {"messages": [("user", f"{turn}" * 8_000_000)]}, config)
+                except TierUnavailableError as exc:
+                    out = exc
+                took.append((time.monotonic() - started, out))
+        finally:
+            server.thaw()
+            saver.engine.close()
+        return took
+
+    with private_redis(tmp_path) as server:
+        took = asyncio.run(turns(server))
+    assert [round(seconds, 1) for seconds, _ in took if seconds > 1.0 + MARGIN] == []
+    for _, out in took:
+        if write_mode == "through":
+            assert isinstance(out, dict) and out["messages"][-1].content.startswith("finish")
+        else:
+            assert _unavailable(out, "hot"), out
+
+
 @pytest.mark.parametrize("frozen", ["redis", "postgres"])
 def test_doctor_reports_a_frozen_tier_within_the_tier_timeout(
     namespace: tuple[str, str], frozen: str, proxy: Proxy, tmp_path: Path
