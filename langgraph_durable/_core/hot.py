@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -281,22 +282,41 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
     already holds again is harmless). The long-term store's cached items go too.
 
     One process checks (a lock in Redis, renewed as it goes); the others wait until it
-    recorded the run id as checked. The key that records it is data of the process it
-    names, so no snapshot of an earlier one holds it. Drivers run this before the first
-    script on a connection to a Redis process they have not seen checked (`RedisCheck`).
+    recorded the run id as checked, for at most ``tier_timeout``, and do not start one of
+    their own when it failed (a later call does): a check that Postgres holds up (frozen,
+    or slow to take the flushes) would otherwise hold every caller of the prefix as long,
+    and then each would run one of its own in turn. The key that
+    records it is data of the process it names, so no snapshot of an earlier one holds
+    it. Drivers run this before the first script on a connection to a Redis process they
+    have not seen checked (`RedisCheck`).
 
     Raises:
-        TierUnavailableError: a tier could not be reached (``tier="hot"``: Redis's data
-            cannot be trusted until the check runs again).
+        TierUnavailableError: a tier could not be reached, or another caller's check did
+            not end within ``tier_timeout`` (``tier="hot"``: Redis's data cannot be
+            trusted until the check runs again).
     """
     layout = ctx.layout
     token = secrets.token_hex(8)
+    bound = seconds(ctx.config.tier_timeout)
     try:
+        started, waited = time.monotonic(), False
         while (state := (yield shards.incarnation(layout, "check", run_id, token,
                                                   CHECK_LEASE_MS))) != 0:
             if state == 1:
                 return None
+            if time.monotonic() - started >= bound:
+                raise TierUnavailableError(
+                    f"Redis (hot tier) is a new process (run id {run_id}) whose data "
+                    f"another caller has been checking against Postgres for over "
+                    f"{bound:g}s: Redis is not used until the check is done", tier="hot")
+            waited = True
             yield Pause(0.05)  # another process checks it
+        if waited:  # the check waited for failed, or its caller died: a later call retries
+            yield from _abandon(ctx, run_id, token)
+            raise TierUnavailableError(
+                f"Redis (hot tier) is a new process (run id {run_id}) whose data another "
+                f"caller could not check against Postgres: Redis is not used until a "
+                f"check succeeds", tier="hot")
         try:
             dropped = yield from _drop_every_copy(ctx, run_id, token)
         except Exception:  # the next caller checks again at once, not after the lease
