@@ -285,10 +285,10 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
     recorded the run id as checked, for at most ``tier_timeout``, and do not start one of
     their own when it failed (a later call does): a check that Postgres holds up (frozen,
     or slow to take the flushes) would otherwise hold every caller of the prefix as long,
-    and then each would run one of its own in turn. The key that
-    records it is data of the process it names, so no snapshot of an earlier one holds
-    it. Drivers run this before the first script on a connection to a Redis process they
-    have not seen checked (`RedisCheck`).
+    and then each would run one of its own in turn. The key that records it is data of
+    the process it names, so no snapshot of an earlier one holds it. Drivers run this
+    before the first script on a connection to a Redis process they have not seen checked
+    (`RedisCheck`).
 
     Raises:
         TierUnavailableError: a tier could not be reached, or another caller's check did
