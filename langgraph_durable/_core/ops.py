@@ -18,6 +18,7 @@ from langgraph_durable._core.context import Context
 from langgraph_durable._core.delta import delta_channel_history
 from langgraph_durable._core.hot import poll_marks, recover_hot
 from langgraph_durable._core.reads import get_tuple, list_checkpoints
+from langgraph_durable._core.records import locate
 from langgraph_durable._core.requests import Op
 from langgraph_durable._core.sweep import sweep
 from langgraph_durable._core.writes import (
@@ -27,7 +28,7 @@ from langgraph_durable._core.writes import (
     prune,
     put_writes,
 )
-from langgraph_durable.errors import TierUnavailableError
+from langgraph_durable.errors import ConfigurationError, TierUnavailableError
 
 __all__ = [
     "copy_thread",
@@ -55,19 +56,29 @@ def put(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
     try:
         stored = yield from writes.put(ctx, config, checkpoint, metadata, new_versions)
     except Exception as exc:
-        configurable = config.get("configurable") or {}
-        thread_id, ns = configurable.get("thread_id"), configurable.get("checkpoint_ns", "")
-        checkpoint_id = checkpoint.get("id")
-        run = ctx.lineage.run(config, make=True)
-        if run is not None and (isinstance(thread_id, str) and isinstance(ns, str)
-                                and isinstance(checkpoint_id, str)):
-            run.put_failed(thread_id, ns, checkpoint_id, f"{type(exc).__name__}: {exc}")
+        _put_failed(ctx, config, checkpoint, exc)
         raise
     run = ctx.lineage.run(config)  # marks only a failed put or a durable tool made
     if run is not None:
         configurable = stored["configurable"]
         run.put_stored(configurable["thread_id"], configurable["checkpoint_ns"])
     return stored
+
+
+def _put_failed(ctx: Context, config: RunnableConfig, checkpoint: Checkpoint,
+                exc: Exception) -> None:
+    """Note in the run's marks that the put of ``checkpoint`` failed with ``exc``, in the
+    namespace `writes.put` reads from ``config`` (a config it refused names none)."""
+    run = ctx.lineage.run(config, make=True)
+    checkpoint_id = checkpoint.get("id")
+    if run is None or not isinstance(checkpoint_id, str):
+        return
+    try:
+        where = locate(config)
+    except ConfigurationError:
+        return
+    run.put_failed(where.thread_id, where.checkpoint_ns, checkpoint_id,
+                   f"{type(exc).__name__}: {exc}")
 
 
 def health(ctx: Context) -> Op[dict[str, Any]]:
