@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -208,6 +208,83 @@ def is_inline(value: Any) -> bool:
     return kind is str and len(value) <= INLINE_STR_CHARS
 
 
+VERSION_DIGITS = 32
+"""The zero-padded width of a version's counter (``get_next_version``: ``"0…03.0.63…"``)."""
+_UNPADDED = {"channel_versions": "lgd_cv", "versions_seen": "lgd_vs"}
+"""Where a frame holds a checkpoint's versions with their counters' padding left out."""
+_PADDED = {short: name for name, short in _UNPADDED.items()}
+
+
+class _Unpadded(Exception):
+    """A version is a string not of ``get_next_version``'s form: keep the padding."""
+
+
+def _unpad(version: Any) -> Any:
+    if type(version) is not str:
+        return version
+    counter = version[:VERSION_DIGITS]
+    if version[VERSION_DIGITS : VERSION_DIGITS + 1] != "." or not (
+        counter.isascii() and counter.isdigit()
+    ):
+        raise _Unpadded
+    return counter.lstrip("0") + version[VERSION_DIGITS:]
+
+
+def _pad(version: Any) -> Any:
+    if type(version) is not str:
+        return version
+    counter, dot, rest = version.partition(".")
+    return counter.zfill(VERSION_DIGITS) + dot + rest
+
+
+def checkpoint_body(checkpoint: Checkpoint, inline: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint's frame holds: the checkpoint with ``inline`` as its channel
+    values and, when every string version is of ``get_next_version``'s form, its versions
+    without the zero padding of their counters, under other keys (`_UNPADDED`: about 30
+    bytes a version, a third of a chat graph's frame; a process too old to restore them finds no
+    ``channel_versions`` and fails rather than compare versions wrongly). `stored_checkpoint`
+    restores them exactly."""
+    try:
+        unpadded = {
+            "channel_versions": {
+                ch: _unpad(v) for ch, v in checkpoint.get("channel_versions", {}).items()
+            },
+            "versions_seen": {
+                node: {ch: _unpad(v) for ch, v in seen.items()}
+                for node, seen in checkpoint.get("versions_seen", {}).items()
+            },
+        }
+    except _Unpadded:
+        unpadded = {}
+    body: dict[str, Any] = {}
+    for key, value in checkpoint.items():
+        if key == "channel_values":
+            body[key] = inline
+        elif key in unpadded:
+            body[_UNPADDED[key]] = unpadded[key]
+        else:
+            body[key] = value
+    return body
+
+
+def stored_checkpoint(body: dict[str, Any]) -> Checkpoint:
+    """The checkpoint a frame's body holds (`checkpoint_body`), its versions padded again;
+    a body written before versions were stored unpadded is the checkpoint itself."""
+    if not _PADDED.keys() & body.keys():
+        return cast(Checkpoint, body)
+    restored: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == _UNPADDED["channel_versions"]:
+            restored["channel_versions"] = {ch: _pad(v) for ch, v in value.items()}
+        elif key == _UNPADDED["versions_seen"]:
+            restored["versions_seen"] = {
+                node: {ch: _pad(v) for ch, v in seen.items()} for node, seen in value.items()
+            }
+        else:
+            restored[key] = value
+    return cast(Checkpoint, restored)
+
+
 def encode_checkpoint(
     codec: Codec,
     config: RunnableConfig,
@@ -223,8 +300,7 @@ def encode_checkpoint(
     values: dict[str, Any] = checkpoint["channel_values"]
     versions: ChannelVersions = checkpoint["channel_versions"]
     inline = {ch: v for ch, v in values.items() if ch in versions and is_inline(v)}
-    body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-    body["channel_values"] = inline
+    body = checkpoint_body(checkpoint, inline)
     for channel, version in versions.items():
         check_text(channel, "channel name", MAX_NAME_BYTES)
         check_text(str(version), f"version of channel {channel!r}", MAX_NAME_BYTES)
@@ -430,7 +506,7 @@ def build_tuple(
     """
     t, ns = where.thread_id, where.checkpoint_ns
     place = sealed_to(codec, checkpoint_place, t, ns, checkpoint_id, parent_id)
-    checkpoint = load(codec, frame, place, "checkpoint")
+    checkpoint = stored_checkpoint(load(codec, frame, place, "checkpoint"))
     # small scalars ride inline in the checkpoint (`is_inline`); a checkpoint stored
     # before they did has none there, and a blob for each
     checkpoint["channel_values"] = {

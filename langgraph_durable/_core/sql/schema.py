@@ -150,6 +150,20 @@ COMMENT ON COLUMN {schema}.lgd_checkpoints.checkpoint IS
     'the checkpoint, its small scalar channel values inline (migration 23)';
 """,
     ),
+    Migration(
+        24,
+        "checkpoint versions stored without their zero padding",
+        # No table changes: checkpoint frames written from here on hold their versions
+        # without the zero padding of their counters, under keys of their own
+        # (`records.checkpoint_body`). A process of an older version would find no
+        # `channel_versions` in them, so the version is recorded, and its setup() refuses a
+        # schema this new.
+        """
+COMMENT ON COLUMN {schema}.lgd_checkpoints.checkpoint IS
+    'the checkpoint, its small scalar channel values inline (migration 23), its versions '
+    'without zero padding (migration 24)';
+""",
+    ),
 )
 
 # Every setup() statement takes this transaction-scoped lock first. %(key)s: SETUP_LOCK_KEY
