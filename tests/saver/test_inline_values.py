@@ -1,6 +1,8 @@
 """A graph whose state holds small scalars (and LangGraph's routing channels, which hold
 ``None``) reads back exactly as InMemorySaver gives it, from Redis and from Postgres alone,
-while Postgres keeps no blob row for any of those values."""
+while Postgres keeps no blob row for any of those values; and a thread whose first
+checkpoints were stored with padded versions (before migration 24) continues as it would
+on InMemorySaver."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ import uuid
 from typing import Any, TypedDict
 
 import psycopg
+import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_durable import DurableSaver
+from langgraph_durable._core import records
 from tests.support.checkpoints import forget_hot, twin
 from tests.support.servers import POSTGRES_URL
 
@@ -119,3 +123,48 @@ def test_postgres_lists_a_version_only_for_a_channel_whose_value_is_a_blob(
         versions = [sorted(t.checkpoint["channel_versions"]) for t in other.list(config)]
     assert versions == [sorted(t.checkpoint["channel_versions"]) for t in memory.list(config)]
     assert any("branch:to:second" in each for each in versions)
+
+
+def _padded_body(checkpoint: Any, inline: dict[str, Any]) -> dict[str, Any]:
+    """The frame's body as the package wrote it before migration 24."""
+    body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    body["channel_values"] = inline
+    return body
+
+
+def _counters(saver: Any, config: Any) -> list[tuple[dict[str, int], dict[str, dict[str, int]]]]:
+    """Each checkpoint's version counters (the random part differs from saver to saver)."""
+
+    def counter(version: str) -> int:
+        assert len(version.split(".")[0]) == records.VERSION_DIGITS, version
+        return int(version.split(".")[0])
+
+    return [
+        ({ch: counter(v) for ch, v in t.checkpoint["channel_versions"].items()},
+         {node: {ch: counter(v) for ch, v in seen.items()}
+          for node, seen in t.checkpoint["versions_seen"].items()})
+        for t in saver.list(config)
+    ]
+
+
+def test_a_thread_begun_with_padded_versions_continues_as_on_in_memory(
+    saver: DurableSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread_id = f"t-{uuid.uuid4()}"
+    config = {"configurable": {"thread_id": thread_id}}
+    memory = InMemorySaver()
+    with monkeypatch.context() as before:
+        before.setattr(records, "checkpoint_body", _padded_body)
+        for checkpointer in (memory, saver):
+            _graph(checkpointer).invoke({"count": 0}, config)
+    for turn in (10, 20):  # the counters pass 9 here, where unpadded strings would misorder
+        for checkpointer in (memory, saver):
+            _graph(checkpointer).invoke({"count": turn}, config)
+    expected = (_history(memory, thread_id), _counters(memory, config))
+    assert max(max(cv.values()) for cv, _ in expected[1]) >= 10
+    assert (_history(saver, thread_id), _counters(saver, config)) == expected
+    saver.flush()
+    forget_hot(saver, thread_id)
+    with twin(saver) as other:  # Postgres alone
+        assert (_history(other, thread_id), _counters(other, config)) == expected
+        assert _graph(other).get_state(config).values["count"] == 22
