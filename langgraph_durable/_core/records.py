@@ -237,52 +237,45 @@ def _pad(version: Any) -> Any:
     return counter.zfill(VERSION_DIGITS) + dot + rest
 
 
+def _each_version(
+    fn: Callable[[Any], Any], versions: dict[str, Any], seen: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``fn`` applied to every version of ``channel_versions`` and ``versions_seen``."""
+    return (
+        {ch: fn(v) for ch, v in versions.items()},
+        {node: {ch: fn(v) for ch, v in by_channel.items()} for node, by_channel in seen.items()},
+    )
+
+
 def checkpoint_body(checkpoint: Checkpoint, inline: dict[str, Any]) -> dict[str, Any]:
     """What a checkpoint's frame holds: the checkpoint with ``inline`` as its channel
     values and, when every string version is of ``get_next_version``'s form, its versions
     without the zero padding of their counters, under other keys (`_UNPADDED`: about 30
-    bytes a version, a third of a chat graph's frame; a process too old to restore them finds no
-    ``channel_versions`` and fails rather than compare versions wrongly). `stored_checkpoint`
-    restores them exactly."""
+    bytes a version, a third of a chat graph's frame; a process too old to restore them
+    finds no ``channel_versions`` and fails rather than compare versions wrongly).
+    `stored_checkpoint` restores them exactly."""
     try:
-        unpadded = {
-            "channel_versions": {
-                ch: _unpad(v) for ch, v in checkpoint.get("channel_versions", {}).items()
-            },
-            "versions_seen": {
-                node: {ch: _unpad(v) for ch, v in seen.items()}
-                for node, seen in checkpoint.get("versions_seen", {}).items()
-            },
-        }
+        versions, seen = _each_version(_unpad, checkpoint.get("channel_versions", {}),
+                                       checkpoint.get("versions_seen", {}))
     except _Unpadded:
-        unpadded = {}
-    body: dict[str, Any] = {}
-    for key, value in checkpoint.items():
-        if key == "channel_values":
-            body[key] = inline
-        elif key in unpadded:
-            body[_UNPADDED[key]] = unpadded[key]
-        else:
-            body[key] = value
+        renamed: dict[str, str] = {}
+        unpadded: dict[str, Any] = {}
+    else:
+        renamed, unpadded = _UNPADDED, {"channel_versions": versions, "versions_seen": seen}
+    body = {renamed.get(k, k): unpadded.get(k, v) for k, v in checkpoint.items()}
+    body["channel_values"] = inline
     return body
 
 
 def stored_checkpoint(body: dict[str, Any]) -> Checkpoint:
     """The checkpoint a frame's body holds (`checkpoint_body`), its versions padded again;
     a body written before versions were stored unpadded is the checkpoint itself."""
-    if not _PADDED.keys() & body.keys():
+    if _UNPADDED["channel_versions"] not in body:
         return cast(Checkpoint, body)
-    restored: dict[str, Any] = {}
-    for key, value in body.items():
-        if key == _UNPADDED["channel_versions"]:
-            restored["channel_versions"] = {ch: _pad(v) for ch, v in value.items()}
-        elif key == _UNPADDED["versions_seen"]:
-            restored["versions_seen"] = {
-                node: {ch: _pad(v) for ch, v in seen.items()} for node, seen in value.items()
-            }
-        else:
-            restored[key] = value
-    return cast(Checkpoint, restored)
+    versions, seen = _each_version(_pad, body[_UNPADDED["channel_versions"]],
+                                   body.get(_UNPADDED["versions_seen"], {}))
+    padded = {_UNPADDED["channel_versions"]: versions, _UNPADDED["versions_seen"]: seen}
+    return cast(Checkpoint, {_PADDED.get(k, k): padded.get(k, v) for k, v in body.items()})
 
 
 def encode_checkpoint(
