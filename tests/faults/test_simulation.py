@@ -33,10 +33,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from langgraph_durable._core import records
 from tests.support.servers import REDIS_URL
 from tests.support.sim.core import writes
 from tests.support.sim.invariants import Checker
-from tests.support.sim.scheduler import Env, Params, Sim, short
+from tests.support.sim.scheduler import ALL_FAULTS, Env, Params, Sim, short
 from tests.support.sim.seeds import explain, run_seed, sim_env
 from tests.support.sim.workload import DESTROYS
 
@@ -160,6 +161,19 @@ def test_writes_first_seeds_that_once_broke_the_protocol(env: Env, seed: int,
 
 
 
+# Write-through interleavings in which Redis serves a thread restored from an older state,
+# and is emptied, between reads: a checkpoint is read from a restored copy, from Postgres
+# and from a copy a warm rebuilt from Postgres. What each read returns must be what its
+# put sent (C): frames hold versions without their padding, which every read restores.
+RESTORE_SEEDS = [285, 339, 358]
+
+
+@pytest.mark.parametrize("seed", RESTORE_SEEDS)
+def test_seeds_reading_a_restored_redis_read_back_what_was_put(env: Env, seed: int) -> None:
+    sim, violations = run_seed(env, seed, "through", faults=ALL_FAULTS)
+    assert any("fault: restore" in line for line in sim.trace), "the seed restores no thread"
+    assert not violations, explain(seed, "through", sim, violations)
+
 def test_checker_sees_a_write_without_intent_served_stale(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,6 +191,18 @@ def test_checker_sees_a_write_without_intent_served_stale(
         if any(v.invariant == "I1" for v in violations):
             return
     pytest.fail("400 seeds without an intent, and no stale read was seen")
+
+
+@pytest.mark.parametrize("mode", ["through", "behind"])
+def test_checker_sees_a_read_return_other_versions_than_were_put(
+    env: Env, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checker reads what a read returned, not only its id: when reads leave a
+    checkpoint's versions as its frame holds them (without their padding), every seed
+    that reads a checkpoint back reports it (C)."""
+    monkeypatch.setattr(records, "_pad", lambda version: version)
+    _, violations = run_seed(env, 0, mode)
+    assert any(v.invariant == "C" for v in violations), violations
 
 
 @pytest.mark.parametrize("mode", ["through", "behind"])

@@ -15,14 +15,15 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from tests.support.sim.core import Cold, Op, Tiers, execute, ops, run
 from tests.support.sim.scheduler import Sim, short
-from tests.support.sim.workload import DESTROYS, Record, config, tuple_id
+from tests.support.sim.workload import DESTROYS, READS, Record, Workload, config, tuple_id
 
 
 @dataclass(frozen=True, slots=True)
 class Violation:
     """One broken invariant: which, where, what, and at which step."""
 
-    invariant: str  # I1..I5, "E" (an error the protocol must not raise), "L" (stuck)
+    invariant: str  # I1..I5, "C" (a read returned other content than was put), "E" (an
+    # error the protocol must not raise), "L" (stuck)
     where: str
     message: str
     step: int
@@ -314,6 +315,27 @@ class Checker:
 
     # ------------------------------------------------------------------ all
 
+    # ------------------------------------------------------------------ C
+    def as_put(self) -> None:
+        """C: every checkpoint a read returned is the one its put sent: its channel values
+        and its versions, string for string (`Workload.checkpoint` made them from the
+        put's step and process), whichever tier and whichever encoding it was read from."""
+        for r in self.history:
+            if r.call.kind not in READS or not r.acked:
+                continue
+            for tup in r.result if isinstance(r.result, list) else [r.result]:
+                put = self.puts.get(tuple_id(tup) or "")
+                if tup is None or put is None:
+                    continue
+                sent, versions = Workload.checkpoint_of(put.call.checkpoint_id, put.call.step,
+                                                        put.proc)
+                got = tup.checkpoint
+                if (got["channel_values"], got["channel_versions"]) != (
+                        sent["channel_values"], versions):
+                    self.report("C", r, f"#{r.id} {r.call.kind} read {_short([tuple_id(tup)])}"
+                                f" with {got['channel_values']} {got['channel_versions']}, "
+                                f"not what #{put.id} put")
+
     def run(self) -> list[Violation]:
         """Every check, on the history and on both tiers' final state."""
         sim = self.sim
@@ -330,6 +352,7 @@ class Checker:
         self.converge(sim.env.tiers)
         self.deleted_is_deleted(cold)
         self.one_history()
+        self.as_put()
         return self.out
 
 

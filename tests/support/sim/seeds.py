@@ -61,11 +61,12 @@ def sim_env(redis_url: str, schema: str, prefix: str, *, cluster: bool = False,
         pg.close()
 
 
-def run_seed(env: Env, seed: int, mode: str, *,
-             writes_first: float = 0.0) -> tuple[Sim, list[Violation]]:
-    """One seeded run and its violations (``writes_first``: `Params.writes_first`)."""
+def run_seed(env: Env, seed: int, mode: str, *, writes_first: float = 0.0,
+             faults: tuple[str, ...] = FAULT_KINDS) -> tuple[Sim, list[Violation]]:
+    """One seeded run and its violations (``writes_first``: `Params.writes_first`;
+    ``faults``: the kinds that may strike, ``LGD_SIM_FAULTS``'s by default)."""
     env.forget_marks()
-    params = dataclasses.replace(Params.draw(seed, mode, FAULT_KINDS), writes_first=writes_first)
+    params = dataclasses.replace(Params.draw(seed, mode, faults), writes_first=writes_first)
     sim = Sim(env, params, tag=f"{uuid.uuid4().hex[:6]}-s{seed}")
     sim.run()
     violations = Checker(sim, ALLOWANCE).run()

@@ -122,10 +122,17 @@ class Workload:
 
     def checkpoint(self, cid: str, step: int, proc: int) -> tuple[Checkpoint, ChannelVersions]:
         """A real checkpoint with one channel whose new version it introduces."""
+        cp, versions = self.checkpoint_of(cid, step, proc)
+        cp["ts"] = f"2026-01-01T00:00:{self.ticks % 60:02d}+00:00"
+        return cp, versions
+
+    @staticmethod
+    def checkpoint_of(cid: str, step: int, proc: int) -> tuple[Checkpoint, ChannelVersions]:
+        """The checkpoint `checkpoint` makes (but its timestamp), and its new versions: the
+        versions as ``get_next_version`` makes them (a 32-digit counter)."""
         version = f"{step + 1:032}.{proc:016}"
         cp = empty_checkpoint()
         cp["id"] = cid
-        cp["ts"] = f"2026-01-01T00:00:{self.ticks % 60:02d}+00:00"
         cp["channel_values"] = {"counter": step, "who": f"p{proc}"}
         cp["channel_versions"] = {"counter": version, "who": version}
         return cp, {"counter": version, "who": version}
