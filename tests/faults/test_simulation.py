@@ -165,7 +165,10 @@ def test_writes_first_seeds_that_once_broke_the_protocol(env: Env, seed: int,
 # and is emptied, between reads: a checkpoint is read from a restored copy, from Postgres
 # and from a copy a warm rebuilt from Postgres. What each read returns must be what its
 # put sent (C): frames hold versions without their padding, which every read restores.
-RESTORE_SEEDS = [285, 339, 358]
+# 722 broke I3 while the simulation let an update sent to Redis before a restore land after
+# it (a restart closes the connection that owes it): a put's late update re-made the index
+# of a thread deleted meanwhile, whose tombstone the restore had taken.
+RESTORE_SEEDS = [285, 339, 358, 722]
 
 
 @pytest.mark.parametrize("seed", RESTORE_SEEDS)

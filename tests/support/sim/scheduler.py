@@ -441,7 +441,9 @@ class Sim:
 
     def _fault_restore(self) -> str:
         """Redis restarts from an older state of one thread (an AOF older than Postgres),
-        with the applied-marks record of that time."""
+        with the applied-marks record of that time. A restart closes every connection, so
+        no request sent to the Redis before it lands after it (`pipeline`: an owed script
+        whose connection broke is not sent again)."""
         if not self.snapshots:
             return "(no snapshot)"
         thread = self.rng.choice(sorted(self.snapshots))
@@ -450,6 +452,10 @@ class Sim:
         self.env.redis.delete(*keys)
         for key, (dump, ttl) in snap.items():
             self.env.redis.restore(key, ttl, dump, replace=True)
+        dropped, self.in_flight = self.in_flight, []
+        for proc, record, request in dropped:
+            self._log(Lane(proc, "", self.contexts[0], None), record,
+                      f"H:{request.script.name} (sent earlier) !never (Redis restarted)")
         return f"{short(thread)} ({len(snap)} keys)"
 
 
