@@ -1,17 +1,25 @@
 """The long-term memory store's operations, as generators the Engine runs (sync or async).
 
 Postgres is the system of record; plain Redis caches item rows for `get`. Each cache
-entry is a hash under the key prefix holding the row's version (the store's sequence),
-its data, and a count of writes in flight:
+entry is a hash under the key prefix holding a version (the store's sequence), the row
+of that version or nothing, and a count of writes in flight:
 
 - a write first takes a hold (`store_hold`: the data goes, readers read Postgres and no
-  fill lands, and the entry expires with the hold), commits in Postgres, then stores its
-  row if no newer version is cached (`store_wrote`); so once a write returned, every
-  process reads it or something newer;
+  fill lands, and the entry expires with the hold), commits in Postgres, then releases it
+  (`store_wrote`), storing its version, and a put its row, only if no newer version is
+  cached; so once a write returned, every process reads it or something newer;
 - a read that misses fills the entry with the row it read, only if no write is in flight
   and the cached version is older (`store_fill`);
 - an item with a TTL is not cached (its entry says so: its reads go to Postgres, which
-  refreshes and expires it); a deletion is cached as an absence.
+  refreshes and expires it), nor is a deletion: a delete leaves its version and no row.
+
+Why the newest version cached is the last write committed: an update or a delete draws
+its version holding the row's lock, so after every write committed before it. Only an
+insert draws its version before it waits (for a delete of the same item, say), so an
+insert can commit last with a smaller version than a delete's; its row is then refused
+and the delete's version, which holds no row, stays: reads go to Postgres and fills of
+the insert's row are refused until the entry expires or a later write replaces it. An
+entry never holds a row some later committed write replaced.
 
 When Redis cannot be reached, reads and writes go on through Postgres (the breaker keeps
 the next ones off Redis until a probe finds it back).
@@ -45,8 +53,8 @@ from langgraph_durable._core.semantic import NOTHING, Embedded, Index
 from langgraph_durable._core.sql import store as q
 from langgraph_durable.errors import TierUnavailableError
 
-NOT_CACHED = ""  # an entry's data for an item read from Postgres only (it has a TTL)
-ABSENT = "-"  # an entry's data for a deleted item
+NOT_CACHED = ""  # an entry's data when its reads go to Postgres (a TTL; a deletion)
+DELETED = "-"  # a deletion's data as entries of earlier versions hold it: read Postgres
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +79,8 @@ def encode(row: dict[str, Any]) -> str:
                        "u": row["updated_at"].isoformat()}, ensure_ascii=False)
 
 
-def decode(namespace: tuple[str, ...], key: str, data: str) -> Item | None:
-    """An entry's data as the item (``None`` for an absence)."""
-    if data == ABSENT:
-        return None
+def decode(namespace: tuple[str, ...], key: str, data: str) -> Item:
+    """An entry's data as the item."""
     loaded = json.loads(data)
     return Item(value=loaded["v"], key=key, namespace=namespace,
                 created_at=datetime.fromisoformat(loaded["c"]),
@@ -154,7 +160,7 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
     missing: list[int] = []
     for i, op in enumerate(ops):
         data = replies[i][1] if replies and replies[i] and len(replies[i]) > 1 else None
-        if data is not None and _text(data) != NOT_CACHED:
+        if data is not None and _text(data) not in (NOT_CACHED, DELETED):
             found[i] = decode(tuple(op.namespace), op.key, _text(data))
         else:
             missing.append(i)
@@ -210,7 +216,7 @@ def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp], index: Index | N
     if held is None:  # Redis was off: entries it still holds expire with their TTL
         return None
     wrote = tuple(
-        scripts.wrote(k, got[0]["version"], ABSENT if op.value is None else encode(got[0]),
+        scripts.wrote(k, got[0]["version"], NOT_CACHED if op.value is None else encode(got[0]),
                       cache.ttl)
         for k, op, got in zip(keys, ops, rows[:len(ops)], strict=True))
     yield from _hot(ctx, wrote[0].sent_only() if len(wrote) == 1 else HotBatch(wrote))

@@ -4,6 +4,9 @@ A namespace is stored as ``text[]``, so a prefix matches whole segments: ``("a",
 is a prefix of ``("a", "b", "c")`` and never of ``("a", "bc")``. Every read keeps only
 live rows (``expires_at`` unset or after the database's ``now()``). Each row carries a
 version from a sequence, taken at every write, that orders the Redis read tier's fills.
+A write that replaces or deletes a row draws its version once it holds the row's lock,
+so versions order such writes as Postgres commits them; an insert draws its version
+before it knows whether the item is there (see `_core.store` for why that is safe).
 
 Filters compare by type: a number with numbers (as ``numeric``), a string with strings
 (by code point, like Python), never a number as text. Values are passed as parameters;
@@ -89,6 +92,9 @@ WITH refreshed AS (
 SELECT {_COLUMNS} FROM {{schema}}.lgd_store_items
 WHERE namespace = %(namespace)s AND key = %(key)s AND {_LIVE}"""
 
+# An update draws a new version under the row's lock (not the one ``VALUES`` drew before
+# the statement waited for that lock): a put that drew first but commits last must carry
+# the larger version, or the read tier would keep the earlier put's row.
 PUT_SQL = """
 INSERT INTO {schema}.lgd_store_items AS t
     (namespace, key, value, expires_at, ttl_minutes, version)
@@ -101,14 +107,18 @@ ON CONFLICT (namespace, key) DO UPDATE SET
     updated_at = now(),
     expires_at = excluded.expires_at,
     ttl_minutes = excluded.ttl_minutes,
-    version = excluded.version
+    version = nextval('{schema}.lgd_store_version_seq')
 RETURNING namespace, key, value, created_at, updated_at, expires_at, version"""
 
+# The version is drawn after the delete took (or found no) row: the main query reads
+# ``gone``, which Postgres would otherwise run after it.
 DELETE_SQL = """
 WITH gone AS (
     DELETE FROM {schema}.lgd_store_items WHERE namespace = %(namespace)s AND key = %(key)s
+    RETURNING 1
 )
-SELECT nextval('{schema}.lgd_store_version_seq') AS version"""
+SELECT nextval('{schema}.lgd_store_version_seq') AS version
+FROM (SELECT count(*) FROM gone) AS deleted"""
 
 # At most %(batch)s expired rows per statement, skipping rows a writer holds.
 SWEEP_SQL = """

@@ -1,0 +1,152 @@
+"""Concurrent writes to one item: whatever order Postgres commits them in, the read tier
+ends up serving the last one committed (or nothing, and reads go to Postgres), never an
+earlier one.
+
+Each test stops one writer at an exact point with a lock the test holds: a row lock (a
+batch's second put waits for it, its first put inserted but not committed) or an
+advisory lock a trigger takes before an insert's conflict check (the version the
+statement drew is fixed by then, the row lock not yet taken).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from langgraph.store.base import PutOp
+
+from tests.store.conftest import MakeStore
+from tests.support.servers import POSTGRES_URL
+
+PAUSE = 4242  # the advisory lock the trigger waits for, on values holding "pause"
+
+
+def _ns() -> tuple[str, str]:
+    return (f"o{uuid.uuid4().hex[:8]}", "mem")
+
+
+@pytest.fixture
+def paused_inserts(namespace: tuple[str, str], make_store: MakeStore) -> Iterator[None]:
+    """A trigger that, before an insert into the items table checks for a conflicting row,
+    waits for advisory lock ``PAUSE`` when the value holds a "pause" key."""
+    make_store()  # the table exists
+    schema = namespace[0]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"""
+            CREATE FUNCTION {schema}.pause_marked() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.value ? 'pause' THEN PERFORM pg_advisory_xact_lock({PAUSE}); END IF;
+                RETURN NEW;
+            END $$""")
+        conn.execute(f"""CREATE TRIGGER pause_marked BEFORE INSERT ON {schema}.lgd_store_items
+                         FOR EACH ROW EXECUTE FUNCTION {schema}.pause_marked()""")
+    try:
+        yield
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP TRIGGER pause_marked ON {schema}.lgd_store_items")
+            conn.execute(f"DROP FUNCTION {schema}.pause_marked()")
+
+
+def _waiting_on(blocker: psycopg.Connection) -> Callable[[], None]:
+    """Waits until some session waits for a lock ``blocker`` holds."""
+    pid = blocker.info.backend_pid
+
+    def wait() -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                row = conn.execute("SELECT count(*) FROM pg_stat_activity "
+                                   "WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)).fetchone()
+                if row and row[0]:
+                    return
+                time.sleep(0.01)
+        raise AssertionError("no session came to wait for the test's lock")
+
+    return wait
+
+
+def _run(target: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as error:  # reported by the test
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+def _joined(thread: threading.Thread, errors: list[BaseException]) -> None:
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+
+
+def test_an_update_that_drew_its_version_first_but_committed_last_is_what_is_read(
+        make_store: MakeStore, paused_inserts: None) -> None:
+    """Put B draws its version, then put A commits before B takes the row: B commits last,
+    so every store reads B (from Postgres, or from Redis once filled), not A."""
+    late, early, reader = make_store(), make_store(), make_store()
+    ns = _ns()
+    late.put(ns, "k", {"v": 0})
+    assert reader.get(ns, "k").value == {"v": 0}  # type: ignore[union-attr]  # cached
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
+        blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
+        thread, errors = _run(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
+        _waiting_on(blocker)()
+        early.put(ns, "k", {"v": "early"})
+        blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
+        _joined(thread, errors)
+    for store in (reader, early, late, reader):
+        assert store.get(ns, "k").value == {"v": "late", "pause": 1}  # type: ignore[union-attr]
+
+
+def test_an_insert_after_a_delete_it_waited_for_is_what_is_read(
+        make_store: MakeStore, paused_inserts: None) -> None:
+    """Put B draws its version, a delete takes and removes the row, then B inserts the item
+    anew: B is the last write, so no store reads the item as deleted."""
+    late, deleter, reader = make_store(), make_store(), make_store()
+    ns = _ns()
+    late.put(ns, "k", {"v": 0})
+    assert reader.get(ns, "k").value == {"v": 0}  # type: ignore[union-attr]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
+        blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
+        thread, errors = _run(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
+        _waiting_on(blocker)()
+        deleter.delete(ns, "k")
+        assert reader.get(ns, "k") is None
+        blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
+        _joined(thread, errors)
+    for store in (reader, deleter, late, reader):
+        assert store.get(ns, "k").value == {"v": "late", "pause": 1}  # type: ignore[union-attr]
+
+
+def test_a_delete_that_found_nothing_does_not_hide_an_insert_committed_after_it(
+        make_store: MakeStore, namespace: tuple[str, str]) -> None:
+    """A batch inserts an item and waits (its next put needs a row the test holds); a
+    delete of the item finds nothing (the insert is not committed) and returns; then the
+    batch commits: the item is there, and every store reads it."""
+    writer, deleter, reader = make_store(), make_store(), make_store()
+    ns = _ns()
+    writer.put(ns, "z", {"v": 0})
+    schema = namespace[0]
+    with psycopg.connect(POSTGRES_URL) as blocker:
+        blocker.execute(f"SELECT 1 FROM {schema}.lgd_store_items "
+                        "WHERE namespace = %s AND key = 'z' FOR UPDATE", (list(ns),))
+        thread, errors = _run(lambda: writer.batch(
+            [PutOp(ns, "k", {"v": "inserted"}), PutOp(ns, "z", {"v": 1})]))
+        _waiting_on(blocker)()
+        deleter.delete(ns, "k")
+        assert reader.get(ns, "k") is None
+        blocker.commit()
+        _joined(thread, errors)
+    for store in (reader, deleter, writer, reader):
+        assert store.get(ns, "k").value == {"v": "inserted"}  # type: ignore[union-attr]
+    assert reader.get(ns, "z").value == {"v": 1}  # type: ignore[union-attr]
