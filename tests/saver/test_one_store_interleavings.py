@@ -19,7 +19,7 @@ import redis
 from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailableError
 from langgraph_durable._core import journal, ops
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.requests import Cold, Hot
+from langgraph_durable._core.requests import Cold
 from tests.support.checkpoints import (
     config_of,
     forget_hot,
@@ -28,41 +28,8 @@ from tests.support.checkpoints import (
     value_checkpoint,
     value_of,
 )
+from tests.support.interleave import Stepped, no_effects, script
 from tests.support.servers import REDIS_URL
-
-
-def _no_effects(request: Any) -> Any:
-    raise AssertionError(f"a checkpoint operation asked for a tool effect: {request!r}")
-
-
-class Stepped:
-    """An operation run request by request with a saver's real driver, so a test can stop
-    it at any request and let other processes act first."""
-
-    def __init__(self, saver: DurableSaver, op: Any) -> None:
-        self.op, self.tiers = op, saver.engine.tiers()
-        self.request = next(op)
-
-    def until(self, stop: Any) -> Any:
-        """Run requests until ``stop(request)`` holds; that request is next (not run)."""
-        while not stop(self.request):
-            self.request = self.op.send(self.tiers.execute(self.request, _no_effects))
-        return self.request
-
-    def finish(self) -> Any:
-        """Run the rest (the next request executed and waited for); the op's result."""
-        try:
-            while True:
-                request = self.request
-                if isinstance(request, Hot):  # what was sent without waiting, lands now
-                    request = Hot(request.script, request.keys, request.args)
-                self.request = self.op.send(self.tiers.execute(request, _no_effects))
-        except StopIteration as done:
-            return done.value
-
-
-def _script(name: str) -> Any:
-    return lambda request: isinstance(request, Hot) and request.script.name == name
 
 
 def _put_op(saver: DurableSaver, parent: dict[str, Any], value: str) -> Any:
@@ -90,15 +57,15 @@ def test_a_readers_warm_never_overwrites_newer_pending_writes(
     tiers = saver.engine.tiers()
     request = next(reader)
     while not isinstance(request, Cold):  # up to the Postgres read
-        request = reader.send(tiers.execute(request, _no_effects))
-    row = tiers.execute(request, _no_effects)
+        request = reader.send(tiers.execute(request, no_effects))
+    row = tiers.execute(request, no_effects)
     saver.put_writes(config, [("value", "pending")], task_id="task-1")
     if wiped:
         forget_hot(saver, thread)
     with pytest.raises(StopIteration):
         request = reader.send(row)
         while True:
-            request = reader.send(tiers.execute(request, _no_effects))
+            request = reader.send(tiers.execute(request, no_effects))
     for process in (saver, make_saver(write_mode="through")):
         tup = process.get_tuple(config_of(thread))
         assert tup is not None and tup.pending_writes == [("task-1", "value", "pending")]
@@ -117,7 +84,7 @@ def test_a_late_update_never_moves_the_head_back(make_saver: Any, fault: str) ->
     thread = f"t-{uuid.uuid4()}"
     (first,) = put_line(slow, thread, ["v1"])
     writer = Stepped(slow, _put_op(slow, first, "v2"))
-    writer.until(_script("put"))  # committed; its Redis update is next
+    writer.until(script("put"))  # committed; its Redis update is next
     latest = other.get_tuple(config_of(thread))
     assert latest is not None and latest.checkpoint["channel_values"]["value"] == "v2"
     put_after(other, latest.config, "v3")
@@ -148,7 +115,7 @@ def test_a_warm_read_before_a_commit_never_lands_after_redis_lost_the_intent(
     writer.until(lambda request: isinstance(request, Cold))  # its intent is in Redis
     forget_hot(slow, thread)
     read = Stepped(reader, ops.get_tuple(reader.engine.context, config_of(thread)))
-    read.until(_script("warm"))  # a miss, then v1 from Postgres
+    read.until(script("warm"))  # a miss, then v1 from Postgres
     writer.finish()  # v2 commits, and its update lands with nothing to join
     assert read.finish().checkpoint["channel_values"]["value"] == "v1"  # read before v2
     for process in (slow, reader, make_saver(write_mode="through")):
@@ -180,8 +147,8 @@ def test_a_flush_whose_acknowledgement_was_lost_is_acknowledged_before_the_next(
     client.delete(ctx.layout.journal(0), ctx.layout.journal_bytes(0))  # emptied, all of it
     client.close()
     read = Stepped(reader, ops.get_tuple(reader.engine.context, config_of(thread)))
-    read.until(_script("warm"))  # a miss, then v1 from Postgres
-    batch.until(_script("flush_ack"))  # v2 commits
+    read.until(script("warm"))  # a miss, then v1 from Postgres
+    batch.until(script("flush_ack"))  # v2 commits
     with pytest.raises(TierUnavailableError):
         batch.op.throw(TierUnavailableError("Redis out of reach", tier="hot"))
     read.finish()  # v1 lands in Redis

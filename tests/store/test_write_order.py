@@ -10,16 +10,15 @@ statement drew is fixed by then, the row lock not yet taken).
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from langgraph.store.base import PutOp
 
 from tests.store.conftest import MakeStore
+from tests.support.interleave import in_thread, wait_until_blocked_by
 from tests.support.servers import POSTGRES_URL
 
 PAUSE = 4242  # the advisory lock the trigger waits for, on values holding "pause"
@@ -52,43 +51,6 @@ def paused_inserts(namespace: tuple[str, str], make_store: MakeStore) -> Iterato
             conn.execute(f"DROP FUNCTION {schema}.pause_marked()")
 
 
-def _waiting_on(blocker: psycopg.Connection) -> Callable[[], None]:
-    """Waits until some session waits for a lock ``blocker`` holds."""
-    pid = blocker.info.backend_pid
-
-    def wait() -> None:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                row = conn.execute("SELECT count(*) FROM pg_stat_activity "
-                                   "WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)).fetchone()
-                if row and row[0]:
-                    return
-                time.sleep(0.01)
-        raise AssertionError("no session came to wait for the test's lock")
-
-    return wait
-
-
-def _run(target: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            target()
-        except BaseException as error:  # reported by the test
-            errors.append(error)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, errors
-
-
-def _joined(thread: threading.Thread, errors: list[BaseException]) -> None:
-    thread.join(timeout=30)
-    assert not thread.is_alive() and not errors, errors
-
-
 def test_an_update_that_drew_its_version_first_but_committed_last_is_what_is_read(
         make_store: MakeStore, paused_inserts: None) -> None:
     """Put B draws its version, then put A commits before B takes the row: B commits last,
@@ -99,11 +61,11 @@ def test_an_update_that_drew_its_version_first_but_committed_last_is_what_is_rea
     assert reader.get(ns, "k").value == {"v": 0}  # type: ignore[union-attr]  # cached
     with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
         blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
-        thread, errors = _run(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
-        _waiting_on(blocker)()
+        late_put = in_thread(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
+        wait_until_blocked_by(blocker)
         early.put(ns, "k", {"v": "early"})
         blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
-        _joined(thread, errors)
+        late_put.joined()
     for store in (reader, early, late, reader):
         assert store.get(ns, "k").value == {"v": "late", "pause": 1}  # type: ignore[union-attr]
 
@@ -118,12 +80,12 @@ def test_an_insert_after_a_delete_it_waited_for_is_what_is_read(
     assert reader.get(ns, "k").value == {"v": 0}  # type: ignore[union-attr]
     with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
         blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
-        thread, errors = _run(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
-        _waiting_on(blocker)()
+        late_put = in_thread(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
+        wait_until_blocked_by(blocker)
         deleter.delete(ns, "k")
         assert reader.get(ns, "k") is None
         blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
-        _joined(thread, errors)
+        late_put.joined()
     for store in (reader, deleter, late, reader):
         assert store.get(ns, "k").value == {"v": "late", "pause": 1}  # type: ignore[union-attr]
 
@@ -140,13 +102,13 @@ def test_a_delete_that_found_nothing_does_not_hide_an_insert_committed_after_it(
     with psycopg.connect(POSTGRES_URL) as blocker:
         blocker.execute(f"SELECT 1 FROM {schema}.lgd_store_items "
                         "WHERE namespace = %s AND key = 'z' FOR UPDATE", (list(ns),))
-        thread, errors = _run(lambda: writer.batch(
+        batch = in_thread(lambda: writer.batch(
             [PutOp(ns, "k", {"v": "inserted"}), PutOp(ns, "z", {"v": 1})]))
-        _waiting_on(blocker)()
+        wait_until_blocked_by(blocker)
         deleter.delete(ns, "k")
         assert reader.get(ns, "k") is None
         blocker.commit()
-        _joined(thread, errors)
+        batch.joined()
     for store in (reader, deleter, writer, reader):
         assert store.get(ns, "k").value == {"v": "inserted"}  # type: ignore[union-attr]
     assert reader.get(ns, "z").value == {"v": 1}  # type: ignore[union-attr]
