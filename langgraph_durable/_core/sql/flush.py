@@ -64,7 +64,7 @@ WHERE CASE WHEN x.head IS NULL THEN EXISTS (
     SELECT 1 FROM {schema}.lgd_writes w WHERE w.thread_id = x.t AND w.checkpoint_ns = x.n)
     ELSE NOT """ + _OF_DELETED.replace("{checkpoint}", "x.head") + """ END
 ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-    head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
+    head = GREATEST(h.head, EXCLUDED.head), version = """ + NEXT_VERSION + """, written_at = now()
 RETURNING h.thread_id, h.checkpoint_ns, h.version
 """
 )

@@ -12,7 +12,7 @@ MARK_HOT_STALE_SQL = (
     "INSERT INTO {schema}.lgd_hot_marks (thread_id, version) VALUES (%(thread_id)s, "
     + NEXT_VERSION
     + ") ON CONFLICT (thread_id) DO UPDATE SET seq = nextval('{schema}.lgd_mark_seq'), "
-    "version = EXCLUDED.version, at = now()"
+    "version = " + NEXT_VERSION + ", at = now()"
 )
 
 # After a mark: every namespace of the thread gets a version above the mark's. %(thread_id)s

@@ -234,7 +234,7 @@ SELECT c.thread_id, c.checkpoint_ns, max(c.checkpoint_id), """
 FROM {schema}.lgd_checkpoints c WHERE c.thread_id = ANY(%(thread_ids)s)
 GROUP BY c.thread_id, c.checkpoint_ns
 ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-    head = EXCLUDED.head, version = EXCLUDED.version
+    head = EXCLUDED.head, version = """ + NEXT_VERSION + """
 """
 )
 

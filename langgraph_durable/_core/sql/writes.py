@@ -50,7 +50,9 @@ WITH moved AS (
         SELECT 1 FROM {schema}.lgd_heads x
         WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-        head = GREATEST(h.head, EXCLUDED.head), version = EXCLUDED.version, written_at = now()
+        head = GREATEST(h.head, EXCLUDED.head), written_at = now(), version = """
+    + NEXT_VERSION
+    + """
     WHERE NOT %(cas)s OR h.head = EXCLUDED.head
        OR (h.head IS NULL AND %(parent_id)s::text IS NULL)
     RETURNING h.version, h.head
@@ -152,7 +154,7 @@ WITH deleted AS (
         SELECT 1 FROM {schema}.lgd_heads x
         WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
-        version = EXCLUDED.version, written_at = now()
+        version = """ + NEXT_VERSION + """, written_at = now()
     RETURNING h.version
 ), bump AS (
     SELECT version FROM bumped UNION ALL SELECT version FROM started
