@@ -4,15 +4,14 @@ write never loads that older copy into Redis after the write landed there.
 
 A statement that starts a namespace (``INSERT ... SELECT nextval(...)`` into ``lgd_heads``)
 draws its version before it checks for a conflicting row; a trigger stops it right there
-(on an advisory lock the test holds) while another writer starts the namespace and commits,
-so the stopped statement meets that row and takes the ``ON CONFLICT ... DO UPDATE`` path.
+(`paused_inserts`) while another writer starts the namespace and commits, so the stopped
+statement meets that row and takes the ``ON CONFLICT ... DO UPDATE`` path.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -30,46 +29,16 @@ from tests.support.checkpoints import (
     value_checkpoint,
     value_of,
 )
-from tests.support.interleave import Stepped, in_thread, script, wait_until_blocked_by
+from tests.support.interleave import Stepped, in_thread, paused_inserts, script
 from tests.support.servers import POSTGRES_URL, REDIS_URL
 
-PAUSE = 4243  # the advisory lock the trigger waits for
 
-
-@pytest.fixture
-def pause_on(namespace: tuple[str, str],
-             make_saver: Any) -> Iterator[Callable[[str, str | None], None]]:
-    """A trigger that, before an insert into ``lgd_heads`` checks for a conflicting row,
-    waits for advisory lock ``PAUSE`` when the row's thread and head are ones the test
-    named (``pause_on(thread, head)``; head ``None``: a namespace's first pending writes):
-    the version its statement drew is fixed by then."""
-    make_saver()  # the tables exist
-    schema = namespace[0]
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE TABLE "{schema}".pause_on (thread_id text, head text)')
-        conn.execute(f"""
-            CREATE FUNCTION "{schema}".pause_head() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF EXISTS (SELECT 1 FROM "{schema}".pause_on p WHERE p.thread_id = NEW.thread_id
-                           AND p.head IS NOT DISTINCT FROM NEW.head) THEN
-                    PERFORM pg_advisory_xact_lock({PAUSE});
-                END IF;
-                RETURN NEW;
-            END $$""")
-        conn.execute(f"""CREATE TRIGGER pause_head BEFORE INSERT ON "{schema}".lgd_heads
-                         FOR EACH ROW EXECUTE FUNCTION "{schema}".pause_head()""")
-
-    def add(thread: str, head: str | None) -> None:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'INSERT INTO "{schema}".pause_on VALUES (%s, %s)', (thread, head))
-
-    try:
-        yield add
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'DROP TRIGGER pause_head ON "{schema}".lgd_heads')
-            conn.execute(f'DROP FUNCTION "{schema}".pause_head()')
-            conn.execute(f'DROP TABLE "{schema}".pause_on')
+def _pausing(schema: str, thread: str, head: str | None) -> Any:
+    """Inserts of ``thread``'s head rows with ``head`` (``None``: a namespace's first
+    pending writes) stop once their version is drawn."""
+    when = f"NEW.thread_id = '{thread}' AND NEW.head IS NOT DISTINCT FROM " + (
+        "NULL" if head is None else f"'{head}'")
+    return paused_inserts(f'"{schema}".lgd_heads', when)
 
 
 def _head_version(schema: str, thread: str) -> int:
@@ -95,7 +64,7 @@ def _no_intent_left(prefix: str, thread: str) -> None:
 
 @pytest.mark.parametrize("write_mode", ["through"])
 def test_a_warm_read_between_two_first_writes_never_hides_the_later_commit(
-        make_saver: Any, namespace: tuple[str, str], pause_on: Any) -> None:
+        make_saver: Any, namespace: tuple[str, str]) -> None:
     """A run's first pending writes to checkpoint C1 (LangGraph's durability "async": they
     may come before C1) draw their version, then stop before they insert the head row;
     the put of C1 starts the namespace (a larger version) and commits; a reader misses
@@ -108,20 +77,18 @@ def test_a_warm_read_between_two_first_writes_never_hides_the_later_commit(
     thread = f"t-{uuid.uuid4()}"
     checkpoint, versions = value_checkpoint(put_saver, "v1")
     c1 = config_of(thread, checkpoint["id"])
-    pause_on(thread, None)
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
-        blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
+    with _pausing(schema, thread, None) as pause:
         writes = in_thread(lambda: writes_saver.put_writes(
             c1, [("value", "pending")], task_id="task-1"))
         try:
-            wait_until_blocked_by(blocker)  # the writes' version is drawn; no head row yet
+            pause.reached()  # the writes' version is drawn; no head row yet
             put_saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
                           checkpoint, {"source": "input", "step": -1}, versions)
             put_version = _head_version(schema, thread)
             read = Stepped(reader, ops.get_tuple(reader.engine.context, config_of(thread)))
             read.until(script("warm"))  # busy (the writes' intent): C1 read from Postgres
         finally:
-            blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
+            pause.release()
             writes.joined()
     writes_version = _head_version(schema, thread)
     _no_intent_left(reader.config.key_prefix, thread)
@@ -139,7 +106,7 @@ def test_a_warm_read_between_two_first_writes_never_hides_the_later_commit(
 
 @pytest.mark.parametrize("write_mode", ["behind"])
 def test_a_warm_read_during_a_flush_never_hides_the_flushed_checkpoint(
-        make_saver: Any, namespace: tuple[str, str], pause_on: Any) -> None:
+        make_saver: Any, namespace: tuple[str, str]) -> None:
     """A flusher takes v2 (a child of v1) from the journal; Redis is then emptied (the
     journal and the thread's copy with it); the flush draws its version and stops before it
     takes the head row. Meanwhile the run's next pending writes to v2 go through Postgres
@@ -154,7 +121,6 @@ def test_a_warm_read_during_a_flush_never_hides_the_flushed_checkpoint(
     first = put_value(flusher, thread, "v1")
     flusher.flush()
     second = put_after(flusher, first, "v2")  # journaled, not in Postgres yet
-    pause_on(thread, second["configurable"]["checkpoint_id"])
     ctx = flusher.engine.context
     batch = Stepped(flusher, journal.flush_batch(ctx))
     batch.until(lambda request: isinstance(request, Cold))  # taken from the journal
@@ -163,17 +129,16 @@ def test_a_warm_read_during_a_flush_never_hides_the_flushed_checkpoint(
     client = redis.Redis.from_url(REDIS_URL)
     client.delete(ctx.layout.journal(shard), ctx.layout.journal_bytes(shard))  # emptied
     client.close()
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
-        blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
+    with _pausing(schema, thread, second["configurable"]["checkpoint_id"]) as pause:
         flushing = in_thread(batch.finish)
         try:
-            wait_until_blocked_by(blocker)  # the flush's version is drawn; the head row not taken
+            pause.reached()  # the flush's version is drawn; the head row not taken
             writer.put_writes(second, [("value", "next")], task_id="task-2")  # via Postgres
             writes_version = _head_version(schema, thread)
             read = Stepped(reader, ops.get_tuple(reader.engine.context, config_of(thread)))
             read.until(script("warm"))  # a miss, then v1 from Postgres
         finally:
-            blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
+            pause.release()
             flushing.joined()
     flush_version = _head_version(schema, thread)
     assert read.finish().checkpoint["channel_values"]["value"] == "v1"  # read before v2

@@ -3,88 +3,65 @@ ends up serving the last one committed (or nothing, and reads go to Postgres), n
 earlier one.
 
 Each test stops one writer at an exact point with a lock the test holds: a row lock (a
-batch's second put waits for it, its first put inserted but not committed) or an
-advisory lock a trigger takes before an insert's conflict check (the version the
+batch's second put waits for it, its first put inserted but not committed) or a trigger
+that holds an insert before its conflict check (`paused_inserts`: the version the
 statement drew is fixed by then, the row lock not yet taken).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from typing import Any
 
 import psycopg
-import pytest
 from langgraph.store.base import PutOp
 
 from tests.store.conftest import MakeStore
-from tests.support.interleave import in_thread, wait_until_blocked_by
+from tests.support.interleave import in_thread, paused_inserts, wait_until_blocked_by
 from tests.support.servers import POSTGRES_URL
-
-PAUSE = 4242  # the advisory lock the trigger waits for, on values holding "pause"
 
 
 def _ns() -> tuple[str, str]:
     return (f"o{uuid.uuid4().hex[:8]}", "mem")
 
 
-@pytest.fixture
-def paused_inserts(namespace: tuple[str, str], make_store: MakeStore) -> Iterator[None]:
-    """A trigger that, before an insert into the items table checks for a conflicting row,
-    waits for advisory lock ``PAUSE`` when the value holds a "pause" key."""
-    make_store()  # the table exists
-    schema = namespace[0]
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"""
-            CREATE FUNCTION {schema}.pause_marked() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.value ? 'pause' THEN PERFORM pg_advisory_xact_lock({PAUSE}); END IF;
-                RETURN NEW;
-            END $$""")
-        conn.execute(f"""CREATE TRIGGER pause_marked BEFORE INSERT ON {schema}.lgd_store_items
-                         FOR EACH ROW EXECUTE FUNCTION {schema}.pause_marked()""")
-    try:
-        yield
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"DROP TRIGGER pause_marked ON {schema}.lgd_store_items")
-            conn.execute(f"DROP FUNCTION {schema}.pause_marked()")
+def _pausing(namespace: tuple[str, str]) -> Any:
+    """Inserts of values holding a "pause" key stop once their version is drawn."""
+    return paused_inserts(f"{namespace[0]}.lgd_store_items", "NEW.value ? 'pause'")
 
 
 def test_an_update_that_drew_its_version_first_but_committed_last_is_what_is_read(
-        make_store: MakeStore, paused_inserts: None) -> None:
+        make_store: MakeStore, namespace: tuple[str, str]) -> None:
     """Put B draws its version, then put A commits before B takes the row: B commits last,
     so every store reads B (from Postgres, or from Redis once filled), not A."""
     late, early, reader = make_store(), make_store(), make_store()
     ns = _ns()
     late.put(ns, "k", {"v": 0})
     assert reader.get(ns, "k").value == {"v": 0}  # type: ignore[union-attr]  # cached
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
-        blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
+    with _pausing(namespace) as pause:
         late_put = in_thread(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
-        wait_until_blocked_by(blocker)
+        pause.reached()
         early.put(ns, "k", {"v": "early"})
-        blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
+        pause.release()
         late_put.joined()
     for store in (reader, early, late, reader):
         assert store.get(ns, "k").value == {"v": "late", "pause": 1}  # type: ignore[union-attr]
 
 
 def test_an_insert_after_a_delete_it_waited_for_is_what_is_read(
-        make_store: MakeStore, paused_inserts: None) -> None:
+        make_store: MakeStore, namespace: tuple[str, str]) -> None:
     """Put B draws its version, a delete takes and removes the row, then B inserts the item
     anew: B is the last write, so no store reads the item as deleted."""
     late, deleter, reader = make_store(), make_store(), make_store()
     ns = _ns()
     late.put(ns, "k", {"v": 0})
     assert reader.get(ns, "k").value == {"v": 0}  # type: ignore[union-attr]
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
-        blocker.execute("SELECT pg_advisory_lock(%s)", (PAUSE,))
+    with _pausing(namespace) as pause:
         late_put = in_thread(lambda: late.put(ns, "k", {"v": "late", "pause": 1}))
-        wait_until_blocked_by(blocker)
+        pause.reached()
         deleter.delete(ns, "k")
         assert reader.get(ns, "k") is None
-        blocker.execute("SELECT pg_advisory_unlock(%s)", (PAUSE,))
+        pause.release()
         late_put.joined()
     for store in (reader, deleter, late, reader):
         assert store.get(ns, "k").value == {"v": "late", "pause": 1}  # type: ignore[union-attr]

@@ -1,12 +1,15 @@
 """Interleavings forced step by step: an operation run request by request (`Stepped`), a
-call run in a thread whose errors the test sees (`in_thread`), and a wait until some
-session waits for a lock the test holds (`wait_until_blocked_by`)."""
+call run in a thread whose errors the test sees (`in_thread`), a wait until some session
+waits for a lock the test holds (`wait_until_blocked_by`), and inserts stopped at the
+point where their statement has drawn its values but taken no row lock (`paused_inserts`)."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -90,3 +93,53 @@ def wait_until_blocked_by(blocker: psycopg.Connection[Any], timeout: float = 10)
                 return
             time.sleep(0.01)
     raise AssertionError("no session came to wait for the test's lock")
+
+
+class Pause:
+    """Inserts held at a trigger until `release` (see `paused_inserts`)."""
+
+    def __init__(self, blocker: psycopg.Connection[Any], lock: int) -> None:
+        self.blocker, self.lock, self.held = blocker, lock, True
+
+    def reached(self) -> None:
+        """Until some insert waits at the trigger."""
+        wait_until_blocked_by(self.blocker)
+
+    def release(self) -> None:
+        """Let the held inserts go on."""
+        if self.held:
+            self.blocker.execute("SELECT pg_advisory_unlock(%s)", (self.lock,))
+            self.held = False
+
+
+@contextmanager
+def paused_inserts(table: str, when: str) -> Iterator[Pause]:
+    """While inside, and until `Pause.release`, every insert into ``table`` (schema-
+    qualified) whose new row meets ``when`` (SQL over ``NEW``) waits in a ``BEFORE INSERT``
+    trigger: its statement has drawn the values of its ``VALUES`` or ``SELECT`` (a
+    version from a sequence, say) and has not yet checked for a conflicting row or taken
+    its lock. The trigger is dropped on the way out."""
+    lock = random.randrange(1, 2**31)
+    schema = table.rpartition(".")[0]
+    function = f"{schema}.lgd_test_pause_{lock}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"""
+            CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {when} THEN PERFORM pg_advisory_xact_lock({lock}); END IF;
+                RETURN NEW;
+            END $$""")
+        conn.execute(f"CREATE TRIGGER lgd_test_pause_{lock} BEFORE INSERT ON {table} "
+                     f"FOR EACH ROW EXECUTE FUNCTION {function}()")
+    try:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as blocker:
+            blocker.execute("SELECT pg_advisory_lock(%s)", (lock,))
+            pause = Pause(blocker, lock)
+            try:
+                yield pause
+            finally:
+                pause.release()
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"DROP TRIGGER lgd_test_pause_{lock} ON {table}")
+            conn.execute(f"DROP FUNCTION {function}()")
