@@ -95,7 +95,7 @@ def put(
         lambda: seal_entry(ctx, pack_checkpoint_entry(stored)),
         through=lambda token, ttl, row: scripts.put_through(
             keys, ns, fields, token=token, ttl=ttl, version=int(row["version"]),
-            head=row["head"] == stored.checkpoint_id),
+            head=row["head"] == stored.checkpoint_id, writes=row["has_writes"]),
         behind=lambda journal: scripts.put_behind(keys, ns, fields, extends=cas,
                                                   journal=journal),
     )

@@ -43,7 +43,8 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "drop_thread": (thread.drop_thread(KEYS, "", 1, 0, only_flushed=True), []),
     # the write-through calls with the values of their write-behind twins, so that the two
     # compare (test_the_journal_entry_follows_the_write)
-    "put": (thread.put_through(KEYS, "ns", FIELDS, token="", ttl=-1, version=0, head=False),
+    "put": (thread.put_through(KEYS, "ns", FIELDS, token="", ttl=-1, version=0, head=False,
+                             writes=False),
             [PAIRS]),
     "put_behind": (thread.put_behind(KEYS, "ns", FIELDS, extends=False, journal=JOURNAL),
                    [PAIRS]),

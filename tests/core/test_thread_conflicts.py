@@ -137,9 +137,9 @@ def test_write_behind_put_on_the_head_is_one_journaled_script(
     assert request.keys[0] == keys.intents
     assert list(request.keys[-2:]) == [Layout("t").journal(0), Layout("t").journal_bytes(0)]
     assert request.args[0] == "" and request.args[1] == -1, "no intent; no TTL until flushed"
-    assert request.args[11] == "1"
-    blob_pairs = int(request.args[13])
-    assert len(request.args) == 14 + 2 * blob_pairs + 4, "the script finds its entry there"
+    assert request.args[11] == "1" and request.args[13] == "0", "extends the head; no writes"
+    blob_pairs = int(request.args[14])
+    assert len(request.args) == 15 + 2 * blob_pairs + 4, "the script finds its entry there"
     payload, member, bound, byte_bound = request.args[-4:]
     entry = decode([b"1-0", [b"d", payload]])
     assert (entry.kind, entry.thread_id, entry.ns, entry.checkpoint_id) == (
@@ -168,7 +168,8 @@ def _cas_of(ctx: Context, op: Any) -> bool:
     keys = ThreadKeys("t", THREAD)
     script = Script([
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
-        (cold(ctx.statements.put_checkpoint_sql), [[{"version": 2, "head": "x"}]]),
+        (cold(ctx.statements.put_checkpoint_sql),
+         [[{"version": 2, "head": "x", "has_writes": False}]]),
         (hot("put"), None),
     ])
     script.run(op)

@@ -44,7 +44,7 @@ def test_write_through_put_with_redis_down_commits_to_postgres_with_a_stale_mark
         (cold(st.lock_heads_for_writes_sql, st.lock_heads_sql, st.put_checkpoint_sql,
               st.mark_hot_stale_sql,
               st.bump_thread_sql, st.order_marks_sql, st.renumber_marks_sql),
-         [None, None, [{"version": 9, "head": "x"}], None, None, None, None]),
+         [None, None, [{"version": 9, "head": "x", "has_writes": False}], None, None, None, None]),
     ])
     config = script.run(op)
     assert script.done
@@ -72,22 +72,26 @@ def test_while_the_breaker_is_open_a_put_skips_redis_entirely(ctx: Context) -> N
         (cold(st.lock_heads_for_writes_sql, st.lock_heads_sql, st.put_checkpoint_sql,
               st.mark_hot_stale_sql,
               st.bump_thread_sql, st.order_marks_sql, st.renumber_marks_sql),
-         [None, None, [{"version": 9, "head": "x"}], None, None, None, None]),
+         [None, None, [{"version": 9, "head": "x", "has_writes": False}], None, None, None, None]),
     ])
     script.run(op)
     assert script.done
 
 
+@pytest.mark.parametrize("has_writes", [False, True])
 def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
-        ctx: Context) -> None:
+        ctx: Context, has_writes: bool) -> None:
     """The healthy path: intent, Postgres commit without a stale mark (its row carries the
-    namespace's new version), then the hot put script carrying the intent's token and that
-    version, so a copy read before this commit can never replace it."""
+    namespace's new version, and whether Postgres holds writes that came before the
+    checkpoint), then the hot put script carrying the intent's token, that version and
+    that answer, so a copy read before this commit can never replace it, and a copy
+    without those writes is never served."""
     checkpoint_id, op = _put(ctx)
     keys = ThreadKeys("t", THREAD)
     script = Script([
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
-        (cold(ctx.statements.put_checkpoint_sql), [[{"version": 7, "head": checkpoint_id}]]),
+        (cold(ctx.statements.put_checkpoint_sql),
+         [[{"version": 7, "head": checkpoint_id, "has_writes": has_writes}]]),
         (hot("put", [keys.intents, keys.index(""), keys.blobs(""),
                      keys.checkpoint("", checkpoint_id), keys.registry, keys.unflushed,
                      keys.versions]), 1),
@@ -100,6 +104,7 @@ def test_write_through_put_with_both_tiers_up_applies_the_committed_version(
     assert args[10] == 7, "the committed version"
     assert args[11] == "1", "committed as the namespace's head: Redis may start its index"
     assert args[12] == keys.version_field("")
+    assert args[13] == ("1" if has_writes else "0"), "Postgres holds writes of it"
     assert not ctx.breaker.is_open
 
 

@@ -60,7 +60,7 @@ def _put(client: redis.Redis, keys: ThreadKeys, checkpoint_id: str, *, version: 
         metadata=b'{"step": 1}', parent="", refs=json.dumps(["ch\x001"]),
         blob_pairs=["ch\x001", b"blob-1"], keep=0, token_v="tok-" + checkpoint_id)
     return run(client, thread.put_through(keys, "", fields, token=token, ttl=TTL,
-                                          version=version, head=head))
+                                          version=version, head=head, writes=False))
 
 
 def _journal(layout: Layout, payload: bytes = b"entry", max_entries: int = 100) -> thread.Journal:

@@ -7,10 +7,10 @@
 --!include journal.lua
 -- KEYS[8] journal             the shard's journal
 -- KEYS[9] journal_bytes       its byte counter
--- ARGV[15+2n] payload         the journal entry
--- ARGV[16+2n] member          its unflushed member ("<b64 ns>:<id>")
--- ARGV[17+2n] max_entries     the journal's bound, in entries
--- ARGV[18+2n] max_bytes       its bound, in payload bytes
+-- ARGV[16+2n] payload         the journal entry
+-- ARGV[17+2n] member          its unflushed member ("<b64 ns>:<id>")
+-- ARGV[18+2n] max_entries     the journal's bound, in entries
+-- ARGV[19+2n] max_bytes       its bound, in payload bytes
 --
 -- returns the entry's id | {COLD} | {CONFLICT, head} | {BACKLOG, entries, bytes}
-return journaled(write_behind, 14 + 2 * tonumber(ARGV[14]), KEYS[8], KEYS[9], KEYS[6])
+return journaled(write_behind, 15 + 2 * tonumber(ARGV[15]), KEYS[8], KEYS[9], KEYS[6])

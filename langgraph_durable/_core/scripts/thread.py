@@ -199,7 +199,7 @@ class CheckpointFields:
 
 
 def _put_values(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, token: str, ttl: int,
-                version: int, head: bool) -> dict[str, Any]:
+                version: int, head: bool, writes: bool = False) -> dict[str, Any]:
     return dict(
         intents=keys.intents, index=keys.index(ns), blobs=keys.blobs(ns),
         checkpoint=keys.checkpoint(ns, fields.checkpoint_id), registry=keys.registry,
@@ -207,17 +207,18 @@ def _put_values(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, token: s
         checkpoint_id=fields.checkpoint_id, frame=fields.frame, metadata=fields.metadata,
         parent=fields.parent, refs=fields.refs, keep=fields.keep,
         member_prefix=keys.unflushed_member(ns, ""), token_v=fields.token_v, version=version,
-        head="1" if head else "0", field=keys.version_field(ns),
+        head="1" if head else "0", field=keys.version_field(ns), writes="1" if writes else "0",
         n=len(fields.blob_pairs) // 2, blob_pairs=fields.blob_pairs,
     )
 
 
 def put_through(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, token: str, ttl: int,
-                version: int, head: bool) -> Hot:
+                version: int, head: bool, writes: bool) -> Hot:
     """Store a checkpoint after its commit at ``version`` (``head``: committed as the
-    namespace's head) and clear the writer's intent ``token``."""
+    namespace's head; ``writes``: Postgres holds pending writes of it) and clear the
+    writer's intent ``token``."""
     return SCRIPTS["put"].call(**_put_values(keys, ns, fields, token=token, ttl=ttl,
-                                             version=version, head=head))
+                                             version=version, head=head, writes=writes))
 
 
 def put_behind(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, extends: bool,

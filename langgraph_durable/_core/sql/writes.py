@@ -74,7 +74,10 @@ WITH moved AS (
 """
     + CHECKPOINT_CONFLICT
     + """)
-SELECT version, head FROM head
+SELECT version, head, EXISTS (
+    SELECT 1 FROM {schema}.lgd_writes w WHERE w.thread_id = %(thread_id)s
+      AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = %(checkpoint_id)s
+) AS has_writes FROM head
 """
 )
 

@@ -48,12 +48,14 @@
 -- ARGV[12] head           write_through: "1" when committed as the head, else "0";
 --                         write_behind: "1" when it must extend the head, else "0"
 -- ARGV[13] field          the namespace's field in the versions hash
--- ARGV[14] n              number of blob pairs
--- ARGV[15..14+2n] blob_pairs...   blob field, frame
+-- ARGV[14] writes         write_through: "1" when Postgres holds pending writes of the
+--                         checkpoint (they came first), else "0"; write_behind: "0"
+-- ARGV[15] n              number of blob pairs
+-- ARGV[16..15+2n] blob_pairs...   blob field, frame
 -- Store the checkpoint (an admitted write); ``version``: the committed one, or 0.
 local function store(version)
   local ttl = tonumber(ARGV[2])
-  local n = tonumber(ARGV[14])
+  local n = tonumber(ARGV[15])
   local prefix = string.sub(KEYS[4], 1, #KEYS[4] - #ARGV[3])
   adopt(KEYS[5], KEYS[2], KEYS[3], prefix)
   -- all five fields new: this HSET made the hash (every writer of a checkpoint sets "v")
@@ -63,7 +65,7 @@ local function store(version)
   -- write: its token is one the writer does not know, so its decoded cache does not serve it
   if not made then redis.call('HSET', KEYS[4], 'v', ARGV[10] .. '+') end
   redis.call('ZADD', KEYS[2], 0, ARGV[3])
-  if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 15, 14 + 2 * n)) end
+  if n > 0 then redis.call('HSET', KEYS[3], unpack(ARGV, 16, 15 + 2 * n)) end
   redis.call('SADD', KEYS[5], KEYS[2], KEYS[3], KEYS[4])
   if version > 0 then raise_version(KEYS[7], ARGV[13], version) end
   clear_intent(KEYS[1], KEYS[7], ARGV[1])
@@ -115,8 +117,14 @@ local function write_through()
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
   end
-  if not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
-                    or redis.call('EXISTS', KEYS[2]) == 0) then
+  -- Postgres holds writes of this checkpoint (they came first) and Redis has no hash of
+  -- it (it lost them, or never got them): stored here, the checkpoint would be served
+  -- without them, so the namespace is left to a read from Postgres (out of the registry,
+  -- its keys are a miss)
+  local lacks_writes = ARGV[14] == '1' and redis.call('EXISTS', KEYS[4]) == 0
+  if lacks_writes then redis.call('SREM', KEYS[5], KEYS[2]) end
+  if lacks_writes or (not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
+                                     or redis.call('EXISTS', KEYS[2]) == 0)) then
     -- nothing to join: Redis still learns the version, so a warm read before this commit
     -- (a reader that missed after Redis lost the intent) is refused when it lands later.
     -- Without the intent's mark, Redis lost the versions since the intent (a drop of the

@@ -63,6 +63,19 @@ local function write_through()
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
   end
+  if redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 0
+     and redis.call('SISMEMBER', KEYS[3], KEYS[2]) == 0 then
+    -- the intent's mark is gone: Redis lost the thread's versions since the intent (a drop
+    -- of the thread among them, whose delete may have removed these writes from Postgres
+    -- after they committed), and holds no copy of the checkpoint to join: start none (as
+    -- put.lua starts no index; a put of the checkpoint that finds Postgres holding writes
+    -- Redis lacks leaves its namespace to a read from Postgres)
+    raise_version(KEYS[7], ARGV[5], version)
+    redis.call('HSET', KEYS[7], '#', 1)
+    settle_versions(KEYS[7], tonumber(ARGV[2]))
+    clear_intent(KEYS[1], KEYS[7], ARGV[1])
+    return 0
+  end
   return store(version)
 end
 
