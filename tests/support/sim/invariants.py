@@ -148,13 +148,20 @@ class Checker:
     # ------------------------------------------------------------------ I2
 
     def nothing_lost(self, cold: set[tuple[str, ...]]) -> None:
-        """I2: after the drain, every acknowledged checkpoint and write is in Postgres."""
+        """I2: after the drain, every acknowledged checkpoint and write is in Postgres.
+        Writes sent ahead of their checkpoint are removed when its put is refused as
+        extending a deleted history (docs/failure-model.md, "A thread deleted while a run
+        is mid-step")."""
+        refused = {(r.call.thread, r.call.ns, r.call.checkpoint_id) for r in self.history
+                   if r.call.kind == "put" and r.error == "ThreadConflictError(deleted)"}
         for r in self.history:
             if not r.acked or r.call.kind not in ("put", "put_writes") or r.id in self.sim.lost:
                 continue
             if any(_overlaps(d, r.start, 1 << 30) for d in self._destroys(r.call.thread)):
                 continue
             c = r.call
+            if c.kind == "put_writes" and (c.thread, c.ns, c.checkpoint_id) in refused:
+                continue
             wanted = ([(c.thread, c.ns, c.checkpoint_id)] if c.kind == "put" else
                       [(c.thread, c.ns, c.checkpoint_id, t, str(i)) for t, i, _ in c.writes])
             missing = [w for w in wanted if w not in cold]

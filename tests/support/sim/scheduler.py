@@ -333,7 +333,9 @@ class Sim:
         except StopIteration as stop:
             record.acked, record.result = True, stop.value
         except EXPECTED_ERRORS as exc:
-            record.error = f"{type(exc).__name__}({getattr(exc, 'tier', '')})"
+            detail = getattr(exc, "tier", "") or ("deleted" if getattr(exc, "deleted", False)
+                                                  else "")
+            record.error = f"{type(exc).__name__}({detail})"
         except Exception as exc:  # an error the protocol should never raise: a finding
             record.error = f"UNEXPECTED {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         record.end = self.clock
