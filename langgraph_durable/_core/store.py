@@ -4,12 +4,16 @@ Postgres is the system of record; plain Redis caches item rows for `get`. Each c
 entry is a hash under the key prefix holding a version (the store's sequence), the row
 of that version or nothing, and a count of writes in flight:
 
-- a write first takes a hold (`store_hold`: the data goes, readers read Postgres and no
-  fill lands, and the entry expires with the hold), commits in Postgres, then releases it
+- a write first takes a hold (`store_hold`, waited for: the data goes, readers read
+  Postgres and no fill lands, and the entry expires with the hold), commits in Postgres,
+  then releases it
   (`store_wrote`), storing its version, and a put its row, only if no newer version is
   cached; so once a write returned, every process reads it or something newer;
-- a read that misses fills the entry with the row it read, only if no write is in flight
-  and the cached version is older (`store_fill`);
+- a read that misses leaves a ticket in the entry (`store_get`) and fills it with the row
+  it read only if its ticket is still there, no write is in flight and the cached version
+  is older (`store_fill`): a write's hold takes the tickets, and an entry that went
+  (expired, evicted, deleted by a restarted Redis's check) took them with it, so a fill
+  of a row read before either never lands;
 - an item with a TTL is not cached (its entry says so: its reads go to Postgres, which
   refreshes and expires it), nor is a deletion: a delete leaves its version and no row.
 
@@ -28,6 +32,7 @@ the next ones off Redis until a probe finds it back).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,8 +58,8 @@ from langgraph_durable._core.semantic import NOTHING, Embedded, Index
 from langgraph_durable._core.sql import store as q
 from langgraph_durable.errors import TierUnavailableError
 
-NOT_CACHED = ""  # an entry's data when its reads go to Postgres (a TTL; a deletion)
-DELETED = "-"  # a deletion's data as entries of earlier versions hold it: read Postgres
+NOT_CACHED = ""  # an entry's data when its reads go to Postgres (a TTL; a deletion); the
+# data "-" (a deletion, as entries of earlier versions hold it) is read from Postgres too
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +159,14 @@ def _hot(ctx: Context, request: Hot | HotBatch) -> Operation[Any]:
 def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[list[Item | None]]:
     """Items from their entries; the others from Postgres, then filled."""
     keys = [entry_key(cache.prefix, op.namespace, op.key) for op in ops]
+    ticket = uuid.uuid4().hex
     replies = yield from _hot(ctx, HotBatch(tuple(
-        scripts.get(k) for k in keys)))
+        scripts.get(k, ticket, cache.hold_ms) for k in keys)))
     found: list[Item | None] = [None] * len(ops)
     missing: list[int] = []
     for i, op in enumerate(ops):
         data = replies[i][1] if replies and replies[i] and len(replies[i]) > 1 else None
-        if data is not None and _text(data) not in (NOT_CACHED, DELETED):
+        if data is not None:  # `store_get` serves no entry without a row
             found[i] = decode(tuple(op.namespace), op.key, _text(data))
         else:
             missing.append(i)
@@ -177,7 +183,8 @@ def _gets(ctx: Context, cache: CacheSettings, ops: list[GetOp]) -> Operation[lis
     for i, got in zip(missing, rows, strict=True):
         if got:
             found[i] = item(got[0])
-            fills.append(scripts.fill(keys[i], got[0]["version"], encode(got[0]), cache.ttl))
+            fills.append(scripts.fill(keys[i], ticket, got[0]["version"], encode(got[0]),
+                                      cache.ttl))
     if fills and replies is not None:
         yield from _hot(ctx, HotBatch(tuple(fills)))
     return found
@@ -187,19 +194,16 @@ def _puts(ctx: Context, cache: CacheSettings, ops: list[PutOp], index: Index | N
           embedded: Embedded) -> Operation[None]:
     """Hold the entries, commit every write in one transaction, then store the rows.
 
-    One put sends both scripts without waiting (their replies are read on the connection's
-    next use), so it costs its Postgres commit and little more. Redis runs them in order:
-    the hold lands before the row's update, and until the update lands the hold sends
-    every reader of the item to Postgres, which has committed the row (a fill of an older
-    row that lands before the hold is replaced by the update, a newer version). An update
+    The holds are waited for: each is in Redis before the commit, so from then until the
+    row's update lands every reader of the item goes to Postgres, which has the row (a fill
+    of an older row is refused), and a writer that dies after its commit leaves the hold,
+    not the replaced row. A hold sent without waiting could fail unseen (a Redis that lost
+    its scripts answers ``NOSCRIPT``, and the update behind it, on another connection, too)
+    and leave the replaced row served. The update of one put is sent without waiting: one
     that fails leaves the hold to expire (``hold_ms``), reads going to Postgres meanwhile."""
     keys = [entry_key(cache.prefix, op.namespace, op.key) for op in ops]
-    if len(keys) == 1:
-        held = ctx.breaker.allows() or None
-        yield from _hot(ctx, scripts.hold(keys[0], cache.hold_ms).sent_only())
-    else:
-        held = yield from _hot(ctx, HotBatch(tuple(
-            scripts.hold(k, cache.hold_ms) for k in keys)))
+    holds = tuple(scripts.hold(k, cache.hold_ms) for k in keys)
+    held = yield from _hot(ctx, holds[0] if len(holds) == 1 else HotBatch(holds))
     schema = ctx.config.schema
     rendered = q.statements(schema)
     statements = tuple(

@@ -351,20 +351,37 @@ def test_repair_deletes_only_the_keys_of_another_type(client: redis.Redis,
 
 def test_store_scripts_fill_only_what_no_write_or_newer_row_replaced(
         client: redis.Redis, layout: Layout) -> None:
-    """A memory item's cache entry: a fill caches a row; a write's hold hides it from reads
-    and refuses fills (a slow reader never puts back what a writer replaced); the write's
-    row lands when it commits, and an older fill after it is refused."""
+    """A memory item's cache entry: a read that misses keeps its ticket there, and only
+    that read's fill caches its row; a write's hold hides the row from reads, takes the
+    tickets and refuses fills (a slow reader never puts back what a writer replaced); the
+    write's row lands when it commits, and an older fill after it is refused; an entry
+    that went (expired, evicted) took its tickets, so a fill read before cannot land."""
     entry = f"{layout.prefix}:store-item"
-    assert run(client, store.get(entry)) is None
-    assert run(client, store.fill(entry, 5, "row-5", 60)) == 1
-    assert run(client, store.get(entry)) == [b"5", b"row-5"]
+    assert run(client, store.get(entry, "a", 30_000)) is None
+    assert 0 < client.pttl(entry) <= 30_000, "an entry made for a ticket lives the lease"
+    assert run(client, store.fill(entry, "b", 5, "row-5", 60)) == 0  # another read's ticket
+    assert run(client, store.fill(entry, "a", 5, "row-5", 60)) == 1
+    assert run(client, store.get(entry, "c", 30_000)) == [b"5", b"row-5"]
+    assert run(client, store.get(entry, "c", 30_000)) == [b"5", b"row-5"]  # no ticket kept
+    assert run(client, store.fill(entry, "c", 7, "row-7", 60)) == 0
     assert run(client, store.hold(entry, 30_000)) == 1
-    assert run(client, store.get(entry)) is None
-    assert run(client, store.fill(entry, 5, "row-5", 60)) == 0  # a write is in flight
+    assert run(client, store.get(entry, "d", 30_000)) is None
+    assert not client.hexists(entry, "t"), "no ticket while a write holds the entry"
+    assert run(client, store.fill(entry, "d", 5, "row-5", 60)) == 0  # a write is in flight
     assert run(client, store.wrote(entry, 6, "row-6", 60)) == 0
-    assert run(client, store.get(entry)) == [b"6", b"row-6"]
-    assert run(client, store.fill(entry, 5, "row-5", 60)) == 0  # older than what is cached
-    assert run(client, store.get(entry)) == [b"6", b"row-6"]
+    assert run(client, store.get(entry, "e", 30_000)) == [b"6", b"row-6"]
+    assert run(client, store.fill(entry, "a", 5, "row-5", 60)) == 0  # its ticket is gone
+    assert run(client, store.get(entry, "e", 30_000)) == [b"6", b"row-6"]
+    assert run(client, store.hold(entry, 30_000)) == 1
+    assert run(client, store.wrote(entry, 8, "", 60)) == 0  # a deletion (or a TTL item)
+    assert run(client, store.get(entry, "f", 30_000)) is None  # read from Postgres
+    assert client.pttl(entry) > 30_000, "an entry with a version keeps its own TTL"
+    assert run(client, store.fill(entry, "f", 7, "row-7", 60)) == 0  # older than 8
+    client.delete(entry)  # the entry went (expired, evicted) after a read missed
+    assert run(client, store.get(entry, "g", 30_000)) is None
+    client.delete(entry)
+    assert run(client, store.fill(entry, "g", 9, "row-9", 60)) == 0
+    assert not client.exists(entry)
 
 
 def test_a_redis_process_is_checked_by_one_caller_and_recorded(

@@ -61,7 +61,8 @@ def test_a_slow_fill_never_puts_back_an_older_version(store: DurableStore) -> No
     version = int(client.hget(key, "v"))  # type: ignore[arg-type]
     fill = SCRIPTS["store_fill"]
     old = '{"v": {"v": 1}, "c": "2026-01-01T00:00:00+00:00", "u": "2026-01-01T00:00:00+00:00"}'
-    assert client.eval(fill.source, 1, key, version - 1, old, 60) == 0
+    client.hset(key, "t", "read-1")  # the ticket of a read that missed before the put
+    assert client.eval(fill.source, 1, key, "read-1", version - 1, old, 60) == 0
     assert store.get(ns, "k").value == {"v": 2}  # type: ignore[union-attr]
 
 

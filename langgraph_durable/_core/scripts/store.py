@@ -7,14 +7,18 @@ from langgraph_durable._core.requests import Hot
 from langgraph_durable._core.scripts.registry import SCRIPTS
 
 
-def get(entry: str) -> Hot:
-    """The entry's version and data, unless a write holds it or nothing is cached."""
-    return SCRIPTS["store_get"].call(entry=entry)
+def get(entry: str, ticket: str, lease_ms: int) -> Hot:
+    """The entry's version and data, unless a write holds it or nothing is cached; on a
+    miss the entry keeps ``ticket`` for the read's fill (an entry made for it alone lives
+    ``lease_ms``)."""
+    return SCRIPTS["store_get"].call(entry=entry, ticket=ticket, lease_ms=lease_ms)
 
 
-def fill(entry: str, version: int, data: str, ttl: int) -> Hot:
-    """Cache a row read from Postgres if no write holds the entry and its version is newer."""
-    return SCRIPTS["store_fill"].call(entry=entry, version=version, data=data, ttl=ttl)
+def fill(entry: str, ticket: str, version: int, data: str, ttl: int) -> Hot:
+    """Cache a row read from Postgres if the read's ``ticket`` is still there, no write
+    holds the entry and its version is newer."""
+    return SCRIPTS["store_fill"].call(entry=entry, ticket=ticket, version=version, data=data,
+                                      ttl=ttl)
 
 
 def hold(entry: str, hold_ms: int) -> Hot:
