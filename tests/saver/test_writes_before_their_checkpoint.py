@@ -16,8 +16,10 @@ from typing import Any
 
 import psycopg
 import pytest
+import redis
 
 from langgraph_durable._core import ops
+from langgraph_durable._core.keys import ThreadKeys
 from tests.support.checkpoints import forget_hot, put_value, value_checkpoint
 from tests.support.interleave import (
     Stepped,
@@ -26,7 +28,7 @@ from tests.support.interleave import (
     script,
     wait_until_blocked_by,
 )
-from tests.support.servers import POSTGRES_URL
+from tests.support.servers import POSTGRES_URL, REDIS_URL
 
 
 def _cold_writes(schema: str, thread: str) -> list[Any]:
@@ -159,3 +161,34 @@ def test_writes_before_their_checkpoint_survive_a_lost_hot_copy(make_saver: Any)
     seen = {name: s.get_tuple(sub).pending_writes  # type: ignore[union-attr]
             for name, s in (("writer", writer), ("new", make_saver()))}
     assert all(w == [("task-1", "value", "pending")] for w in seen.values()), seen
+
+
+@pytest.mark.parametrize("write_mode", ["through"])
+def test_a_put_racing_its_checkpoints_writes_keeps_the_namespace_in_redis(
+        make_saver: Any) -> None:
+    """The common race under `durability="async"`: a task's writes commit before their
+    checkpoint's put, and their update (sent without waiting) lands after the put's. The
+    writes' intent keeps readers on Postgres meanwhile, so the put keeps the namespace in
+    Redis (its index stays in the thread's registry), and once the update landed every
+    process reads the checkpoint with its writes, served from Redis."""
+    writer = make_saver()
+    thread = f"t-{uuid.uuid4()}"
+    checkpoint, versions = value_checkpoint(writer, "root")
+    config = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
+                               "checkpoint_id": checkpoint["id"]}}
+    writes = Stepped(writer, ops.put_writes(writer.engine.context, config,
+                                            [("value", "pending")], "task-1", ""))
+    writes.until(script("put_writes"))  # committed; the update not sent yet
+    writer.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+               checkpoint, {"source": "input", "step": -1}, versions)
+    keys = ThreadKeys(writer.config.key_prefix, thread)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        assert client.sismember(keys.registry, keys.index("")), "the namespace left Redis"
+        writes.finish()  # the writes' update lands
+        for process in (writer, make_saver()):
+            tup = process.get_tuple(config)
+            assert tup is not None and tup.pending_writes == [("task-1", "value", "pending")]
+        assert client.hexists(keys.checkpoint("", checkpoint["id"]), "c")
+    finally:
+        client.close()
