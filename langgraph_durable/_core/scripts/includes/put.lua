@@ -118,14 +118,10 @@ local function write_through()
     return 0
   end
   -- Postgres holds writes of this checkpoint (they came first) and Redis has no hash of
-  -- it, while no other write is in flight on the thread (an intent besides this one's: the
-  -- writes' own update, sent without waiting, may not have landed yet, and their intent
-  -- keeps readers on Postgres until it does): Redis lost them, or never got them (refused
-  -- as older than a tombstone). Stored here, the checkpoint would be served without them,
-  -- so the namespace is left to a read from Postgres (out of the registry, its keys are a
-  -- miss)
+  -- it (it lost them, or never got them): stored here, the checkpoint would be served
+  -- without them, so the namespace is left to a read from Postgres (out of the registry,
+  -- its keys are a miss)
   local lacks_writes = ARGV[14] == '1' and redis.call('EXISTS', KEYS[4]) == 0
-    and redis.call('ZCARD', KEYS[1]) <= (redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0)
   if lacks_writes then redis.call('SREM', KEYS[5], KEYS[2]) end
   if lacks_writes or (not fresh and (redis.call('SISMEMBER', KEYS[5], KEYS[2]) == 0
                                      or redis.call('EXISTS', KEYS[2]) == 0)) then
