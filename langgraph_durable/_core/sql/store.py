@@ -13,8 +13,10 @@ Filters compare by type: a number with numbers (as ``numeric``), a string with s
 only the schema and fixed SQL are composed into statements.
 
 A read's TTL refresh skips rows another transaction holds (``SKIP LOCKED``): it never
-waits, so concurrent reads and writes cannot deadlock on it, and the holder is writing
-the row (a put sets a new expiry) or refreshing it too.
+waits, so concurrent reads and writes cannot deadlock on it. The holder is refreshing
+the row too, writing it (a put sets a new expiry), or removing it (a delete, or the
+sweeper once the row expired by the sweeper's clock, which may be past the read's); a
+read that skipped a row returns it as its snapshot holds it, live at the read's time.
 """
 
 from __future__ import annotations
