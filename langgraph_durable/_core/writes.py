@@ -124,9 +124,11 @@ def _write(
     *,
     through: ThroughCall,
     behind: BehindCall,
+    fallback: Callable[[], Statement] | None = None,
 ) -> Op[list[Any] | None]:
     """The one write protocol of `put` and `put_writes`; returns the statement's rows
-    (``None`` when the write went to Redis alone).
+    (``None`` when the write went to Redis alone). ``fallback``: committed instead when
+    ``statement`` returned no row (it stored nothing, see `PUT_ORDINARY_WRITES_SQL`).
 
     Write-behind: one hot script stores the change and journals ``entry`` (`_journaled`);
     when Redis sends it through Postgres, it goes on as written through, and waits for
@@ -138,7 +140,7 @@ def _write(
     if written_behind and (yield from _journaled(ctx, where, entry, behind)):
         return None
     return (yield from _committed(ctx, keys, where, statement, through,
-                                  behind=written_behind))
+                                  behind=written_behind, fallback=fallback))
 
 
 def _journaled(ctx: Context, where: Location, entry: Callable[[], bytes],
@@ -169,7 +171,7 @@ def _journaled(ctx: Context, where: Location, entry: Callable[[], bytes],
 
 def _committed(ctx: Context, keys: ThreadKeys, where: Location,
                statement: Callable[[], Statement], through: ThroughCall, *,
-               behind: bool) -> Op[list[Any]]:
+               behind: bool, fallback: Callable[[], Statement] | None) -> Op[list[Any]]:
     """Intent, Postgres commit, then the update of the committed rows (or the intent's
     release when the statement stored nothing). ``behind``: a write-behind write Redis
     sent through Postgres, which fails closed without an intent and waits for its update
@@ -183,6 +185,8 @@ def _committed(ctx: Context, keys: ThreadKeys, where: Location,
         rows: list[dict[str, Any]] = (
             yield from commit(ctx, token, [keys.thread_id], [statement()])
         )[0]
+        if not rows and fallback is not None:
+            rows = (yield from commit(ctx, token, [keys.thread_id], [fallback()]))[0]
     except WriteRejectedError:
         if token is not None:
             yield from try_hot(ctx, release(keys, token))
@@ -292,12 +296,11 @@ def put_writes(
                                where.checkpoint_id)
     assert checkpoint_id is not None  # locate(need_id=True)
     fields = write_fields(stored)
+    common = not any(w.special for w in stored)  # the form for ordinary writes first
     rows = yield from _write(
-        ctx,
-        keys,
-        where,
-        lambda: _writes_statement(ctx, where, stored),
+        ctx, keys, where, lambda: _writes_statement(ctx, where, stored, common=common),
         lambda: seal_entry(ctx, pack_writes_entry(where, stored)),
+        fallback=(lambda: _writes_statement(ctx, where, stored)) if common else None,
         through=lambda token, ttl, row: scripts.put_writes_through(
             keys, ns, checkpoint_id, fields, token=token, ttl=ttl, token_v=ctx.tokens.new(),
             version=int(row["version"])),
@@ -309,11 +312,13 @@ def put_writes(
     return None
 
 
-def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite]) -> Statement:
+def _writes_statement(ctx: Context, where: Location, stored: list[StoredWrite], *,
+                      common: bool = False) -> Statement:
+    """``common``: the form for ordinary writes (`PUT_ORDINARY_WRITES_SQL`)."""
     special = [w for w in stored if w.special]
     ordinary = [w for w in stored if not w.special]
     return Statement(
-        ctx.statements.put_writes_sql,
+        ctx.statements.put_ordinary_writes_sql if common else ctx.statements.put_writes_sql,
         {
             "thread_id": where.thread_id,
             "checkpoint_ns": where.checkpoint_ns,

@@ -68,6 +68,7 @@ class Statements(Rendered):
     prune_delete_sql: sql.SQL
     prune_scan_sql: sql.SQL
     put_checkpoint_sql: sql.SQL
+    put_ordinary_writes_sql: sql.SQL
     put_writes_sql: sql.SQL
     rebuild_heads_sql: sql.SQL
     record_types_sql: sql.SQL

@@ -125,35 +125,36 @@ LEFT JOIN {schema}.lgd_checkpoints c ON c.thread_id = h.thread_id
     AND c.checkpoint_ns = h.checkpoint_ns AND c.checkpoint_id = h.head
 """
 
-# Ordinary writes are first-write-wins; the special writes of WRITES_IDX_MAP replace.
-# Nothing is stored for a deleted history (`_DELETED`, its record locked until the commit,
-# see `EXTEND_DELETED_SQL`).
-# Returns the namespace's new version, or no row when the history was deleted.
+# A task's pending writes, with the namespace's new version. Ordinary writes are
+# first-write-wins; the special writes of WRITES_IDX_MAP replace. Nothing is stored for a
+# deleted history (`_DELETED`, its record locked until the commit, see
+# `EXTEND_DELETED_SQL`). Two forms, so the common write runs only what it needs:
+# - PUT_ORDINARY_WRITES_SQL, ordinary writes to a namespace with a head row (every write
+#   after the namespace's first checkpoint). No row back: the namespace has no head row
+#   (its first writes came before its first checkpoint, LangGraph's durability "async")
+#   or its history was deleted, and the caller runs PUT_WRITES_SQL, which tells the two
+#   apart. It stored nothing, so running the other after it is running that one alone.
+# - PUT_WRITES_SQL, any writes: also starts the head row of a namespace that has none.
+# Both return the namespace's new version, or no row when the history was deleted.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
 # %(idxs)s %(channels)s %(blobs)s (ordinary)  %(s_idxs)s %(s_channels)s %(s_blobs)s (special)
-PUT_WRITES_SQL = (
-    """
+_WRITES_DELETED = """
 WITH deleted AS (
     SELECT thread_id, through FROM {schema}.lgd_deleted
     WHERE thread_id = %(thread_id)s FOR SHARE
 ), bumped AS (
-    UPDATE {schema}.lgd_heads AS h SET version = """
-    + NEXT_VERSION
-    + """, written_at = now()
-    WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s AND NOT """
-    + _DELETED.replace("{deleted}", "deleted")
-    + """
+    UPDATE {schema}.lgd_heads AS h SET version = """ + NEXT_VERSION + """, written_at = now()
+    WHERE h.thread_id = %(thread_id)s AND h.checkpoint_ns = %(checkpoint_ns)s AND NOT """ + (
+    _DELETED.replace("{deleted}", "deleted")) + """
     RETURNING h.version
-), started AS (
+)"""
+
+_STARTED = """, started AS (
     -- the namespace's first write (no head row in this statement's snapshot); a row the
     -- snapshot holds is only updated, so a delete that removed it meanwhile stores nothing
     INSERT INTO {schema}.lgd_heads AS h (thread_id, checkpoint_ns, version)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, """
-    + NEXT_VERSION
-    + """
-    WHERE NOT """
-    + _DELETED.replace("{deleted}", "deleted")
-    + """ AND NOT EXISTS (
+    SELECT %(thread_id)s, %(checkpoint_ns)s, """ + NEXT_VERSION + """
+    WHERE NOT """ + _DELETED.replace("{deleted}", "deleted") + """ AND NOT EXISTS (
         SELECT 1 FROM {schema}.lgd_heads x
         WHERE x.thread_id = %(thread_id)s AND x.checkpoint_ns = %(checkpoint_ns)s)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET
@@ -161,28 +162,39 @@ WITH deleted AS (
     RETURNING h.version
 ), bump AS (
     SELECT version FROM bumped UNION ALL SELECT version FROM started
-), special AS (
-    INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+)"""
+
+
+def _insert_writes(name: str, prefix: str, bump: str, conflict: str) -> str:
+    """A CTE ``name`` storing the writes of the ``prefix``ed arrays once ``bump`` holds
+    the namespace's new version."""
+    return f""", {name} AS (
+    INSERT INTO {{schema}}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
         channel, task_path, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
         x.channel, %(task_path)s, x.blob
-    FROM unnest(%(s_idxs)b::int[], %(s_channels)b::text[], %(s_blobs)b::bytea[])
-         AS x(idx, channel, blob)
-    WHERE EXISTS (SELECT 1 FROM bump)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-        channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob
-), ordinary AS (
-    INSERT INTO {schema}.lgd_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
-        channel, task_path, blob)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, x.idx,
-        x.channel, %(task_path)s, x.blob
-    FROM unnest(%(idxs)b::int[], %(channels)b::text[], %(blobs)b::bytea[])
-         AS x(idx, channel, blob)
-    WHERE EXISTS (SELECT 1 FROM bump)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+    FROM unnest(%({prefix}idxs)b::int[], %({prefix}channels)b::text[],
+                %({prefix}blobs)b::bytea[]) AS x(idx, channel, blob)
+    WHERE EXISTS (SELECT 1 FROM {bump})
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}
+)"""
+
+
+_REPLACE = """DO UPDATE SET
+        channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob"""
+
+PUT_ORDINARY_WRITES_SQL = (
+    _WRITES_DELETED
+    + _insert_writes("ordinary", "", "bumped", "DO NOTHING")
+    + "\nSELECT version FROM bumped\n"
 )
-SELECT version FROM bump
-"""
+
+PUT_WRITES_SQL = (
+    _WRITES_DELETED
+    + _STARTED
+    + _insert_writes("special", "s_", "bump", _REPLACE)
+    + _insert_writes("ordinary", "", "bump", "DO NOTHING")
+    + "\nSELECT version FROM bump\n"
 )
 
 # Repair of a damaged cold blob from a good hot copy.
