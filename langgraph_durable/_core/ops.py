@@ -17,6 +17,7 @@ from langgraph_durable._core import journal, ledger, writes
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.delta import delta_channel_history
 from langgraph_durable._core.hot import poll_marks, recover_hot
+from langgraph_durable._core.prune import prune
 from langgraph_durable._core.reads import get_tuple, list_checkpoints
 from langgraph_durable._core.records import locate
 from langgraph_durable._core.requests import Op
@@ -25,7 +26,6 @@ from langgraph_durable._core.writes import (
     copy_thread,
     delete_for_runs,
     delete_threads,
-    prune,
     put_writes,
 )
 from langgraph_durable.errors import ConfigurationError, TierUnavailableError

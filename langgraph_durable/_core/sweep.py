@@ -30,16 +30,11 @@ from typing import Any, TypeVar
 
 from langgraph_durable._core.context import Context, SweepReport
 from langgraph_durable._core.hot import drop_many, try_hot
+from langgraph_durable._core.prune import keep_set, prune_scan, prune_statements
 from langgraph_durable._core.requests import Cold, HotBatch, Op, Statement
 from langgraph_durable._core.scripts.thread import fence, release
 from langgraph_durable._core.sql.sweep import statements
-from langgraph_durable._core.writes import (
-    drain_journal,
-    keep_set,
-    mutate_threads,
-    prune_scan,
-    prune_statements,
-)
+from langgraph_durable._core.writes import drain_journal, mutate_threads
 from langgraph_durable.config import Retention, seconds
 from langgraph_durable.errors import TierUnavailableError
 

@@ -7,7 +7,7 @@ from typing import Any
 from langgraph_durable._core import ops
 from langgraph_durable._core.context import Context
 from langgraph_durable._core.keys import ThreadKeys
-from langgraph_durable._core.writes import keep_set
+from langgraph_durable._core.prune import keep_set
 from tests.core.script import Script, cold, empty_journal, hot
 
 
