@@ -230,6 +230,9 @@ def _conflict(
             expected=expected,
             deleted=True,
         )
+    if head is None and found.get("head"):  # Postgres refused the put: see stale_index.lua
+        yield from try_hot(ctx, scripts.stale_index(
+            ctx.layout.thread(where.thread_id), where.checkpoint_ns, found["head"]))
     head, run_id = head or found.get("head"), found.get("run_id")
     read = "found it empty" if expected is None else f"read checkpoint {expected!r}"
     raise ThreadConflictError(
@@ -301,7 +304,7 @@ def put_writes(
         fallback=(lambda: _writes_statement(ctx, where, stored)) if common else None,
         through=lambda token, ttl, row: scripts.put_writes_through(
             keys, ns, checkpoint_id, fields, token=token, ttl=ttl, token_v=ctx.tokens.new(),
-            version=int(row["version"])),
+            version=int(row["version"]), stored=row["checkpoint_stored"]),
         behind=lambda journal: scripts.put_writes_behind(
             keys, ns, checkpoint_id, fields, token_v=ctx.tokens.new(), journal=journal),
     )

@@ -49,7 +49,7 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "put_behind": (thread.put_behind(KEYS, "ns", FIELDS, extends=False, journal=JOURNAL),
                    [PAIRS]),
     "put_writes": (thread.put_writes_through(KEYS, "ns", "c", WRITES, token="", ttl=-1,
-                                             token_v="v", version=0), [WRITES]),
+                                             token_v="v", version=0, stored=False), [WRITES]),
     "put_writes_behind": (thread.put_writes_behind(KEYS, "ns", "c", WRITES, token_v="v",
                                                    journal=JOURNAL), [WRITES]),
     "marks": (shards.marks(LAYOUT, 0, 5), []),
@@ -71,6 +71,7 @@ CALLS: dict[str, tuple[Hot, list[list[Any]]]] = {
     "store_wrote": (store.wrote("e", 1, "d", 60), []),
     "dead_letter": (shards.dead_letter(LAYOUT, 0, unflushed="u", letter="1-0", action="drop",
                                        member="m"), []),
+    "stale_index": (thread.stale_index(KEYS, "ns", "c"), []),
     "repair": (thread.repairs(thread.release(KEYS, "tok"), "p", 0)[0], []),
 }
 

@@ -43,7 +43,7 @@ def test_put_writes_sends_one_special_write_to_both_tiers(ctx: Context) -> None:
     keys = ThreadKeys("t", THREAD)
     script = Script([
         (hot("intent", [keys.intents, keys.unflushed, keys.versions]), 0),
-        (cold(ctx.statements.put_writes_sql), [[{"version": 8}]]),
+        (cold(ctx.statements.put_writes_sql), [[{"version": 8, "checkpoint_stored": True}]]),
         (hot("put_writes", [keys.intents, keys.checkpoint("", "c1"), keys.registry,
                             keys.unflushed, keys.index(""), keys.blobs(""), keys.versions]), 1),
     ])
@@ -54,7 +54,7 @@ def test_put_writes_sends_one_special_write_to_both_tiers(ctx: Context) -> None:
     assert (params["s_idxs"], params["s_channels"]) == ([-3], [INTERRUPT])
     assert _value(ctx.serde, params["s_blobs"][0]) == "second question"
     args = list(script.requests[2].args)
-    assert args[3:6] == [8, keys.version_field(""), 2]
+    assert args[3:7] == [8, keys.version_field(""), "c1", 2]
     stored = encode_writes(ctx.codec, Location(THREAD, "", "c1"), WRITES, "task", "path")
-    assert args[6:] == [write_field("task", -3), pack_write(stored[0]), "r",
+    assert args[7:] == [write_field("task", -3), pack_write(stored[0]), "r",
                         write_field("task", 1), pack_write(stored[1]), "n"]

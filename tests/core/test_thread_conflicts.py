@@ -52,13 +52,19 @@ def test_write_through_put_on_a_moved_head_raises_and_releases_its_intent(
         ctx: Context) -> None:
     """Write-through: the put statement is a compare-and-set on the head row (``cas``);
     when it returns no row nothing was stored, so the intent is cleared with ``release``
-    (not the hot put), the head is looked up, and ThreadConflictError names the thread,
+    (not the hot put), the head is looked up, Redis is told it (a copy of the namespace
+    that ends before it lost it), and ThreadConflictError names the thread,
     the parent the run read, the head it found and the run that wrote it."""
     _, op = _put_on_head(ctx)
-    script = Script(_refused_put(ctx, {"head": "1f0-other", "run_id": "run-9"}))
+    keys = ThreadKeys("t", THREAD)
+    script = Script([
+        *_refused_put(ctx, {"head": "1f0-other", "run_id": "run-9"}),
+        (hot("stale_index", [keys.registry, keys.index("")]), 0),
+    ])
     with pytest.raises(ThreadConflictError) as raised:
         script.run(op)
     assert script.done
+    assert list(script.requests[4].args) == ["1f0-other"]
     put_stmt = script.requests[1].statements[0]
     assert put_stmt.fetch and put_stmt.params["cas"] is True
     assert put_stmt.params["parent_id"] == PARENT

@@ -29,14 +29,15 @@ def test_ordinary_writes_commit_the_short_form_once(ctx: Context) -> None:
     """One transaction of the short form; its version goes to Redis with the writes."""
     script = Script([
         (INTENT, 0),
-        (cold(ctx.statements.put_ordinary_writes_sql), [[{"version": 7}]]),
+        (cold(ctx.statements.put_ordinary_writes_sql),
+         [[{"version": 7, "checkpoint_stored": True}]]),
         (hot("put_writes"), 1),
     ])
     script.run(_put_writes(ctx, [("x", 1), ("y", 2)]))
     assert script.done
     params = script.requests[1].statements[0].params
     assert (params["idxs"], params["channels"]) == ([0, 1], ["x", "y"])
-    assert list(script.requests[2].args)[3] == 7
+    assert list(script.requests[2].args)[3:6] == [7, KEYS.version_field(""), "c1"]
 
 
 def test_the_full_form_runs_when_the_short_one_stored_nothing(ctx: Context) -> None:
@@ -45,13 +46,13 @@ def test_the_full_form_runs_when_the_short_one_stored_nothing(ctx: Context) -> N
     script = Script([
         (INTENT, 0),
         (cold(ctx.statements.put_ordinary_writes_sql), [[]]),
-        (cold(ctx.statements.put_writes_sql), [[{"version": 9}]]),
+        (cold(ctx.statements.put_writes_sql), [[{"version": 9, "checkpoint_stored": False}]]),
         (hot("put_writes"), 1),
     ])
     script.run(_put_writes(ctx, [("x", 1)]))
     assert script.done
     assert script.requests[2].statements[0].params == script.requests[1].statements[0].params
-    assert list(script.requests[3].args)[3] == 9
+    assert list(script.requests[3].args)[3:6] == [9, KEYS.version_field(""), ""]
 
 
 def test_writes_refused_by_both_forms_release_the_intent_and_raise(ctx: Context) -> None:

@@ -121,12 +121,45 @@ def test_put_writes_through(client: redis.Redis, layout: Layout) -> None:
     _put(client, keys, "c1", version=7, token="tok", head=True)
     _intent(client, keys, "tok2")
     request = thread.put_writes_through(keys, "", "c1", ["w:0:task", b"one", "n"],
-                                        token="tok2", ttl=TTL, token_v="v2", version=8)
+                                        token="tok2", ttl=TTL, token_v="v2", version=8,
+                                        stored=True)
     assert run(client, request) == 1
     assert client.hget(keys.checkpoint("", "c1"), "w:0:task") == b"one"
     assert client.hget(keys.checkpoint("", "c1"), "v") == b"v2"
     assert client.hget(keys.versions, keys.version_field("")) == b"8"
     assert client.zcard(keys.intents) == 0
+    assert client.sismember(keys.registry, keys.index(""))
+
+
+def test_writes_of_a_checkpoint_newer_than_the_copy_leave_the_namespace_to_postgres(
+        client: redis.Redis, layout: Layout) -> None:
+    """Writes committed to c2, which Postgres held (``stored``), land on a copy whose newest
+    checkpoint is c1: the copy lacks c2, so the namespace leaves the registry (a read
+    misses and goes to Postgres). Writes-first to c2, before Postgres held it, do not."""
+    keys = layout.thread("t")
+    _intent(client, keys, "tok")
+    _put(client, keys, "c1", version=7, token="tok", head=True)
+    for stored, kept in ((False, True), (True, False)):
+        _intent(client, keys, "tok2")
+        run(client, thread.put_writes_through(keys, "", "c2", ["w:0:task", b"one", "n"],
+                                              token="tok2", ttl=TTL, token_v="v2", version=8,
+                                              stored=stored))
+        assert bool(client.sismember(keys.registry, keys.index(""))) is kept
+    assert thread.found(run(client, thread.get(keys, "", "", TTL, "ticket"))).reply is Reply.MISS
+
+
+def test_stale_index_leaves_a_namespace_that_ends_before_the_head(
+        client: redis.Redis, layout: Layout) -> None:
+    """Told Postgres's head after a refused put, Redis keeps a namespace whose newest
+    checkpoint is that head (or newer) and leaves one that ends before it."""
+    keys = layout.thread("t")
+    _intent(client, keys, "tok")
+    _put(client, keys, "c2", version=7, token="tok", head=True)
+    assert run(client, thread.stale_index(keys, "", "c1")) == 0
+    assert run(client, thread.stale_index(keys, "", "c2")) == 0
+    assert client.sismember(keys.registry, keys.index(""))
+    assert run(client, thread.stale_index(keys, "", "c3")) == 1
+    assert not client.sismember(keys.registry, keys.index(""))
 
 
 def test_known_empty_then_put_behind(client: redis.Redis, layout: Layout) -> None:

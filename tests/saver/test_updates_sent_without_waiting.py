@@ -213,7 +213,7 @@ def test_special_writes_landing_out_of_order_keep_each_fields_newest(
                 return (yield scripts.put_writes_through(
                     keys, where.checkpoint_ns, config["configurable"]["checkpoint_id"],
                     writes.write_fields(stored), token="", ttl=0, token_v=token_v,
-                    version=version))
+                    version=version, stored=True))
 
             saver.engine.run(op())
 

@@ -7,10 +7,10 @@
 --!include journal.lua
 -- KEYS[8] journal             the shard's journal
 -- KEYS[9] journal_bytes       its byte counter
--- ARGV[7+3n] payload          the journal entry
--- ARGV[8+3n] member           its unflushed member ("<b64 ns>:<id>")
--- ARGV[9+3n] max_entries      the journal's bound, in entries
--- ARGV[10+3n] max_bytes       its bound, in payload bytes
+-- ARGV[8+3n] payload          the journal entry
+-- ARGV[9+3n] member           its unflushed member ("<b64 ns>:<id>")
+-- ARGV[10+3n] max_entries     the journal's bound, in entries
+-- ARGV[11+3n] max_bytes       its bound, in payload bytes
 --
 -- returns the entry's id | {COLD} | {BACKLOG, entries, bytes}
-return journaled(write_behind, 6 + 3 * tonumber(ARGV[6]), KEYS[8], KEYS[9], KEYS[4])
+return journaled(write_behind, 7 + 3 * tonumber(ARGV[7]), KEYS[8], KEYS[9], KEYS[4])

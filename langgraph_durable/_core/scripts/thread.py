@@ -231,22 +231,32 @@ def put_behind(keys: ThreadKeys, ns: str, fields: CheckpointFields, *, extends: 
 
 
 def _writes_values(keys: ThreadKeys, ns: str, checkpoint_id: str, writes: Sequence[Arg], *,
-                   token: str, ttl: int, token_v: str, version: int) -> dict[str, Any]:
+                   token: str, ttl: int, token_v: str, version: int,
+                   stored: bool = False) -> dict[str, Any]:
     return dict(
         intents=keys.intents, checkpoint=keys.checkpoint(ns, checkpoint_id),
         registry=keys.registry, unflushed=keys.unflushed, index=keys.index(ns),
         blobs=keys.blobs(ns), versions=keys.versions, token=token, ttl=ttl, token_v=token_v,
-        version=version, field=keys.version_field(ns), n=len(writes) // 3, writes=writes,
+        version=version, field=keys.version_field(ns), stored=checkpoint_id if stored else "",
+        n=len(writes) // 3, writes=writes,
     )
 
 
 def put_writes_through(keys: ThreadKeys, ns: str, checkpoint_id: str, writes: Sequence[Arg],
-                       *, token: str, ttl: int, token_v: str, version: int) -> Hot:
+                       *, token: str, ttl: int, token_v: str, version: int,
+                       stored: bool) -> Hot:
     """Store pending writes (``writes``: field, value, mode per write) after their commit
-    at ``version``, and clear the writer's intent ``token``."""
+    at ``version``, and clear the writer's intent ``token`` (``stored``: Postgres held
+    their checkpoint)."""
     return SCRIPTS["put_writes"].call(**_writes_values(
         keys, ns, checkpoint_id, writes, token=token, ttl=ttl, token_v=token_v,
-        version=version))
+        version=version, stored=stored))
+
+
+def stale_index(keys: ThreadKeys, ns: str, head: str) -> Hot:
+    """Leave the namespace to Postgres if its copy ends before ``head``, Postgres's head
+    (`stale_index.lua`)."""
+    return SCRIPTS["stale_index"].call(registry=keys.registry, index=keys.index(ns), head=head)
 
 
 def put_writes_behind(keys: ThreadKeys, ns: str, checkpoint_id: str, writes: Sequence[Arg],

@@ -135,7 +135,8 @@ LEFT JOIN {schema}.lgd_checkpoints c ON c.thread_id = h.thread_id
 #   or its history was deleted, and the caller runs PUT_WRITES_SQL, which tells the two
 #   apart. It stored nothing, so running the other after it is running that one alone.
 # - PUT_WRITES_SQL, any writes: also starts the head row of a namespace that has none.
-# Both return the namespace's new version, or no row when the history was deleted.
+# Both return the namespace's new version and whether the checkpoint is stored (see
+# `_WRITES_RESULT`), or no row when the history was deleted.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
 # %(idxs)s %(channels)s %(blobs)s (ordinary)  %(s_idxs)s %(s_channels)s %(s_blobs)s (special)
 _WRITES_DELETED = """
@@ -183,10 +184,18 @@ def _insert_writes(name: str, prefix: str, bump: str, conflict: str) -> str:
 _REPLACE = """DO UPDATE SET
         channel = EXCLUDED.channel, task_path = EXCLUDED.task_path, blob = EXCLUDED.blob"""
 
+# What both forms return: the new version, and whether Postgres holds the checkpoint written
+# to (a copy in Redis that ends before it lost it, see put_writes.lua)
+_WRITES_RESULT = """
+SELECT version, EXISTS (
+    SELECT 1 FROM {schema}.lgd_checkpoints c WHERE c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = %(checkpoint_ns)s AND c.checkpoint_id = %(checkpoint_id)s
+) AS checkpoint_stored FROM """
+
 PUT_ORDINARY_WRITES_SQL = (
     _WRITES_DELETED
     + _insert_writes("ordinary", "", "bumped", "DO NOTHING")
-    + "\nSELECT version FROM bumped\n"
+    + _WRITES_RESULT + "bumped\n"
 )
 
 PUT_WRITES_SQL = (
@@ -194,7 +203,7 @@ PUT_WRITES_SQL = (
     + _STARTED
     + _insert_writes("special", "s_", "bump", _REPLACE)
     + _insert_writes("ordinary", "", "bump", "DO NOTHING")
-    + "\nSELECT version FROM bump\n"
+    + _WRITES_RESULT + "bump\n"
 )
 
 # Repair of a damaged cold blob from a good hot copy.

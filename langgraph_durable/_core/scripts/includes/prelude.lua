@@ -63,3 +63,15 @@ local function adopt(registry, index, blobs, prefix)
   end
   redis.call('DEL', index, blobs)
 end
+-- Leave a namespace to Postgres when its copy ends before checkpoint `id`, one Postgres
+-- holds: Redis lost it (a node restored from an older AOF, a replica promoted before it
+-- got the update), or its put's update is still on its way. Out of the registry, the
+-- namespace's keys are a miss: the next read warms it from Postgres, and a put that starts
+-- a fresh index replaces them (`adopt`). A put on its way is then not joined (its version
+-- is below the one that came first, see put.lua), and reads go to Postgres until the next
+-- put: a cost, never a stale read. Returns 1 when it left the namespace.
+local function leave_if_behind(registry, index, id)
+  local last = redis.call('ZRANGE', index, -1, -1)
+  if #last == 0 or last[1] >= id then return 0 end
+  return redis.call('SREM', registry, index)
+end

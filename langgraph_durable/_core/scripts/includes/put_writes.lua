@@ -29,13 +29,15 @@
 -- ARGV[3] token_v      a new cache token "v"
 -- ARGV[4] version      write_through: the committed version; write_behind: "0"
 -- ARGV[5] field        the namespace's field in the versions hash
--- ARGV[6] n            number of writes
--- ARGV[7..6+3n] writes...   field, value, mode ("r": replace, "n": first write wins)
+-- ARGV[6] stored       write_through: the checkpoint's id when Postgres held it as the
+--                      writes committed, else ""; write_behind: ""
+-- ARGV[7] n            number of writes
+-- ARGV[8..7+3n] writes...   field, value, mode ("r": replace, "n": first write wins)
 -- Store the writes (an admitted write); ``version``: the committed one, or 0.
 local function store(version)
   local ttl = tonumber(ARGV[2])
-  local n = tonumber(ARGV[6])
-  for i = 7, 6 + 3 * n, 3 do
+  local n = tonumber(ARGV[7])
+  for i = 8, 7 + 3 * n, 3 do
     if ARGV[i + 2] ~= 'r' then redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1])
     elseif version == 0 then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
     else
@@ -63,6 +65,9 @@ local function write_through()
     clear_intent(KEYS[1], KEYS[7], ARGV[1])
     return 0
   end
+  -- a checkpoint Postgres holds, newer than any of the namespace Redis holds: Redis would
+  -- serve an older head as the latest if it lost that checkpoint's put
+  if ARGV[6] ~= '' then leave_if_behind(KEYS[3], KEYS[5], ARGV[6]) end
   if redis.call('HEXISTS', KEYS[7], '^' .. ARGV[1]) == 0
      and redis.call('SISMEMBER', KEYS[3], KEYS[2]) == 0 then
     -- the intent's mark is gone: Redis lost the thread's versions since the intent (a drop

@@ -1,0 +1,13 @@
+-- After a write-through put conflicted with the head Postgres holds: the run read a head
+-- older than that one, from Postgres or from Redis. A copy of the namespace that ends
+-- before it is left to Postgres (`leave_if_behind`): the next read is the head the writer
+-- was told of, and the thread moves on instead of conflicting turn after turn until the
+-- copy expires.
+--
+-- KEYS[1] registry   the keys of the thread's copy
+-- KEYS[2] index      the namespace's checkpoint ids
+-- ARGV[1] head       the namespace's head in Postgres
+--
+-- returns 1 when the namespace was left to Postgres, else 0
+--!include prelude.lua
+return leave_if_behind(KEYS[1], KEYS[2], ARGV[1])
