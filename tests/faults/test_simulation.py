@@ -186,6 +186,20 @@ def test_seeds_reading_a_restored_redis_read_back_what_was_put(env: Env, seed: i
     assert any("fault: restore" in line for line in sim.trace), "the seed restores no thread"
     assert not violations, explain(seed, "through", sim, violations)
 
+
+# A restore that took back a put Redis had applied, then only writes of the thread (writes
+# ahead of their checkpoint among the turns): the writes to the lost checkpoint raised the
+# namespace's version beside the older head, which every read served for good (5680, I1 and
+# I3), until a write's statement said Postgres held a checkpoint newer than the copy.
+RESTORE_WRITES_FIRST_SEEDS = [5680]
+
+
+@pytest.mark.parametrize("seed", RESTORE_WRITES_FIRST_SEEDS)
+def test_writes_after_a_restore_that_lost_a_put_end_its_stale_reads(env: Env, seed: int) -> None:
+    sim, violations = run_seed(env, seed, "through", writes_first=0.3, faults=ALL_FAULTS)
+    assert any("fault: restore" in line for line in sim.trace), "the seed restores no thread"
+    assert not violations, explain(seed, "through", sim, violations)
+
 def test_checker_sees_a_write_without_intent_served_stale(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
