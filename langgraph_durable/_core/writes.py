@@ -202,7 +202,9 @@ def _conflict(
     """Raise `ThreadConflictError` for a write that does not extend the head: a put whose
     parent is no longer the head, or a write to a history the thread's delete removed.
     ``refused``: the checkpoint a refused put would have stored; when its history was
-    deleted, what was stored for it (its writes, which may come first) is removed."""
+    deleted, what was stored for it (its writes, which may come first) is removed. A head
+    learned from Postgres (``head`` None) is told to Redis, whose copy of the namespace may
+    end before it (`stale_index.lua`)."""
     rows = (
         yield Cold.one(
             ctx.statements.head_sql,
