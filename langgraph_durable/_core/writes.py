@@ -299,7 +299,10 @@ def put_writes(
                                where.checkpoint_id)
     assert checkpoint_id is not None  # locate(need_id=True)
     fields = write_fields(stored)
-    common = not any(w.special for w in stored)  # the form for ordinary writes first
+    # the form for ordinary writes to a namespace with a head row first, unless the run
+    # found the namespace empty and put nothing there yet (its writes come first)
+    common = not any(w.special for w in stored) and not ctx.lineage.caller(config).extends(
+        where.thread_id, where.checkpoint_ns, None)
     rows = yield from _write(
         ctx, keys, where, lambda: _writes_statement(ctx, where, stored, common=common),
         lambda: seal_entry(ctx, pack_writes_entry(where, stored)),

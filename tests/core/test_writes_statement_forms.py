@@ -1,7 +1,8 @@
 """A write-through ``put_writes`` of ordinary writes commits the short form of the writes
 statement (`PUT_ORDINARY_WRITES_SQL`: no head row to start, no special writes to replace);
 when that stores nothing, the full form (`PUT_WRITES_SQL`) runs in its own transaction and
-decides: the namespace's first write stored, or a deleted history refused."""
+decides: the namespace's first write stored, or a deleted history refused. A run that
+found the namespace empty, and special writes, commit the full form at once."""
 
 from __future__ import annotations
 
@@ -81,4 +82,18 @@ def test_special_writes_commit_the_full_form_alone(ctx: Context) -> None:
     ])
     with pytest.raises(ThreadConflictError):
         script.run(_put_writes(ctx, [("__interrupt__", "question"), ("x", 1)]))
+    assert script.done
+
+
+def test_a_run_that_found_the_namespace_empty_commits_the_full_form_at_once(
+        ctx: Context) -> None:
+    """A run that read the namespace empty and put nothing there yet (its first writes come
+    before its first checkpoint) has no head row to bump: the full form, in one statement."""
+    ctx.lineage.caller(None).read(THREAD, "", None, latest=True)
+    script = Script([
+        (INTENT, 0),
+        (cold(ctx.statements.put_writes_sql), [[{"version": 3, "checkpoint_stored": False}]]),
+        (hot("put_writes"), 1),
+    ])
+    script.run(_put_writes(ctx, [("x", 1)]))
     assert script.done
