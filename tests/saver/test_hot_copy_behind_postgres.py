@@ -19,7 +19,14 @@ import pytest
 import redis
 
 from langgraph_durable import DurableSaver, ThreadConflictError
-from tests.support.checkpoints import config_of, hot_keys_pattern, put_after, put_line, value_of
+from tests.support.checkpoints import (
+    config_of,
+    put_after,
+    put_line,
+    restore_hot,
+    snapshot_hot,
+    value_of,
+)
 from tests.support.servers import REDIS_URL
 
 
@@ -39,34 +46,14 @@ def client() -> Iterator[redis.Redis]:
         conn.close()
 
 
-def _thread_keys(client: redis.Redis, saver: DurableSaver, thread: str) -> list[bytes]:
-    """The thread's hot keys and the applied-marks record of its (single node's) shard."""
-    prefix = saver.config.key_prefix
-    return [*client.scan_iter(match=hot_keys_pattern(prefix, thread)), f"{prefix}:marks".encode()]
-
-
-def _snapshot(client: redis.Redis, saver: DurableSaver, thread: str) -> dict[bytes, Any]:
-    return {key: client.dump(key) for key in _thread_keys(client, saver, thread)}
-
-
-def _restore(client: redis.Redis, saver: DurableSaver, thread: str,
-             snapshot: dict[bytes, Any]) -> None:
-    """The thread's keys as ``snapshot`` holds them, and no others."""
-    for key in _thread_keys(client, saver, thread):
-        client.delete(key)
-    for key, dump in snapshot.items():
-        if dump is not None:
-            client.restore(key, 0, dump, replace=True)
-
-
 def _lost_apply(client: redis.Redis, saver: DurableSaver) -> tuple[str, list[Any]]:
     """A thread with v1 and v2 in both tiers, then v3 put (acknowledged, in Postgres) and
     its update lost in Redis: the thread and its three configs."""
     thread = f"t-{uuid.uuid4()}"
     first, second = put_line(saver, thread, ["v1", "v2"])
-    snapshot = _snapshot(client, saver, thread)
+    snapshot = snapshot_hot(client, saver.config.key_prefix, thread)
     third = put_after(saver, second, "v3")
-    _restore(client, saver, thread, snapshot)
+    restore_hot(client, saver.config.key_prefix, thread, snapshot)
     return thread, [first, second, third]
 
 

@@ -19,10 +19,11 @@ import redis
 from langgraph_durable import DurableSaver, ThreadConflictError, TierUnavailableError
 from tests.support.checkpoints import (
     config_of,
-    hot_keys_pattern,
     put_after,
     put_line,
     put_value,
+    restore_hot,
+    snapshot_hot,
     value_of,
 )
 from tests.support.faults import Proxy
@@ -123,20 +124,11 @@ def test_marks_are_applied_again_to_a_redis_restored_from_an_older_state(
         cut_off = _through_proxy(proxy, namespace)
         thread = f"t-{uuid.uuid4()}"
         (first,) = put_line(cut_off, thread, ["v1"])
-        pattern = hot_keys_pattern(prefix, thread)
-        snapshot = {k: client.dump(k) for k in client.scan_iter(match=pattern)}
-        applied_before = client.get(f"{prefix}:marks")
+        snapshot = snapshot_hot(client, prefix, thread)
         proxy.cut()
         put_after(cut_off, first, "v2")
         assert value_of(make_saver(write_mode="through"), config_of(thread)) == "v2"
-        for key in client.scan_iter(match=pattern):  # Redis restored from the snapshot
-            client.delete(key)
-        for key, value in snapshot.items():
-            client.restore(key, 0, value, replace=True)
-        if applied_before is None:
-            client.delete(f"{prefix}:marks")
-        else:
-            client.set(f"{prefix}:marks", applied_before)
+        restore_hot(client, prefix, thread, snapshot)  # Redis restored from the snapshot
         assert value_of(make_saver(write_mode="through"), config_of(thread)) == "v2"
         cut_off.close()
     finally:

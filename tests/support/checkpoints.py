@@ -1,6 +1,7 @@
 """Checkpoints put, read and counted the way many tests need: one value in one channel (a
 root, or a line of them after a parent), what Postgres holds of a thread, a thread's hot
-copy forgotten by Redis, Postgres refusing a thread, a statement waiting on a row lock."""
+copy forgotten by Redis or taken back to an older snapshot, Postgres refusing a thread, a
+statement waiting on a row lock."""
 
 from __future__ import annotations
 
@@ -114,6 +115,28 @@ def value_of(saver: DurableSaver, config: dict[str, Any]) -> Any:
 def hot_keys_pattern(prefix: str, thread: str) -> str:
     """The ``SCAN`` pattern of every hot key of ``thread`` (its hash tag's braces escaped)."""
     return ThreadKeys(prefix, thread).base.replace("{", "[{]").replace("}", "[}]") + "*"
+
+
+def _snapshot_keys(client: redis.Redis, prefix: str, thread: str) -> list[bytes]:
+    """The thread's hot keys and the applied-marks record of its (single node's) shard."""
+    return [*client.scan_iter(match=hot_keys_pattern(prefix, thread)), f"{prefix}:marks".encode()]
+
+
+def snapshot_hot(client: redis.Redis, prefix: str, thread: str) -> dict[bytes, Any]:
+    """The thread's hot keys and the applied-marks record as ``DUMP`` gives them (``None``
+    for one absent), as an older snapshot of Redis holds them."""
+    return {key: client.dump(key) for key in _snapshot_keys(client, prefix, thread)}
+
+
+def restore_hot(client: redis.Redis, prefix: str, thread: str,
+                snapshot: dict[bytes, Any]) -> None:
+    """Redis back at ``snapshot`` for the thread (`snapshot_hot`): its keys and the
+    applied-marks record as they were, and no others."""
+    for key in _snapshot_keys(client, prefix, thread):
+        client.delete(key)
+    for key, dump in snapshot.items():
+        if dump is not None:
+            client.restore(key, 0, dump, replace=True)
 
 
 def forget_hot(saver: DurableSaver, thread: str) -> None:
