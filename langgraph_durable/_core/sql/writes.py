@@ -139,7 +139,9 @@ LEFT JOIN {schema}.lgd_checkpoints c ON c.thread_id = h.thread_id
 # `_WRITES_RESULT`), or no row when the history was deleted.
 # %(thread_id)s %(checkpoint_ns)s %(checkpoint_id)s %(task_id)s %(task_path)s
 # %(idxs)s %(channels)s %(blobs)s (ordinary)  %(s_idxs)s %(s_channels)s %(s_blobs)s (special)
-_WRITES_DELETED = """
+# The deleted-history record (locked) and the head row's new version, which every write
+# of both forms waits for
+_WRITES_BUMPED = """
 WITH deleted AS (
     SELECT thread_id, through FROM {schema}.lgd_deleted
     WHERE thread_id = %(thread_id)s FOR SHARE
@@ -193,13 +195,13 @@ SELECT version, EXISTS (
 ) AS checkpoint_stored FROM """
 
 PUT_ORDINARY_WRITES_SQL = (
-    _WRITES_DELETED
+    _WRITES_BUMPED
     + _insert_writes("ordinary", "", "bumped", "DO NOTHING")
     + _WRITES_RESULT + "bumped\n"
 )
 
 PUT_WRITES_SQL = (
-    _WRITES_DELETED
+    _WRITES_BUMPED
     + _STARTED
     + _insert_writes("special", "s_", "bump", _REPLACE)
     + _insert_writes("ordinary", "", "bump", "DO NOTHING")
