@@ -18,6 +18,7 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 from psycopg.rows import dict_row
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import ResponseError as RedisResponseError
 
@@ -311,20 +312,23 @@ class Tiers:
         """Send ``request`` on ``conn`` and read its reply (`pipeline.ScriptCalls.call`). A
         script ``conn`` still owes the reply of (``owed``) has that reply read too; it is
         taken from the list, so a retry does not read it again."""
-        if self.redis_check is not None:
-            await self._reached(conn, owed)
+        await self._reached(conn, owed)
         return await self._drive(conn, self.calls.call(request, owed.pop() if owed else None))
 
     @staticmethod
     async def _drive(conn: Any, steps: Steps[T]) -> T:
         """Carry out a script call's steps (`pipeline`) on ``conn``: all the driver does of
-        the call is send, read and close."""
+        the call is send, read and close. Nothing here connects: redis-py's send would
+        reconnect a closed connection, or one whose health-check ``PING`` failed, to
+        whatever Redis process answers now, which `_reached` has not asked about."""
         try:
             step = next(steps)
             while True:
                 try:
                     if isinstance(step, Send):
-                        done = await conn.send_packed_command(step.packed)
+                        if not conn.is_connected:
+                            raise RedisConnectionError("the connection closed mid-call")
+                        done = await conn.send_packed_command(step.packed, check_health=False)
                     elif step is Io.READ:
                         done = await conn.read_response()
                     else:
@@ -340,10 +344,17 @@ class Tiers:
         """Connect ``conn`` if it is not, learn which Redis process it reached (``INFO
         server``'s run id, asked once per connection), and raise `RedisReplaced` if the
         saver's hot data was not checked in that process yet. A connection that was closed
-        since it was kept owes nothing: that reply went with its socket."""
+        since it was kept owes nothing: that reply went with its socket. One idle past
+        redis-py's ``health_check_interval`` is pinged here, and a failed ``PING``
+        reconnects it here, before its run id is read (a Redis restarted meanwhile is
+        another process), not in the middle of a script's send."""
         if not conn.is_connected:
             owed.clear()
             await conn.connect()
+        elif not owed:  # (a reply owed would be read as the PING's)
+            await conn.check_health()
+        if self.redis_check is None:
+            return
         run_id = getattr(conn, REACHED, UNSEEN)
         if run_id is UNSEEN:  # told of its reconnections from now on
             conn.register_connect_callback(self._reconnected)

@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 import redis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from langgraph_durable import DurableSaver
 from tests.support.checkpoints import config_of, put_after, put_line, put_value, value_of
@@ -193,4 +196,53 @@ def test_a_new_prefix_needs_no_check_and_a_known_process_is_checked_once(
         second.close()
     finally:
         client.close()
+    saver.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_connection_its_health_check_reconnected_is_checked_before_the_read(
+        server: PrivateRedis, namespace: tuple[str, str], write_mode: str,
+        flavour: str) -> None:
+    """A Redis client pings a connection idle past its ``health_check_interval`` before
+    the next command, and with retries (as the saver's own clients have), a failed
+    ``PING`` reconnects it to whichever Redis process answers now. Turn 1, a snapshot,
+    turn 2 acknowledged and read (the connection kept), Redis restarted from the
+    snapshot, the interval passes: the next read serves turn 2, as the reconnected
+    connection reached a process the saver checks first (no stale-mark poll or flusher
+    runs meanwhile to check it instead, or to find the old connection closed and open
+    the breaker)."""
+    idle = 0.5
+    retrying = {"health_check_interval": idle, "retry": Retry(NoBackoff(), 2),
+                "retry_on_error": [redis.ConnectionError]}
+    if flavour == "sync":
+        client: Any = redis.Redis.from_url(server.url, **retrying)
+        saver = _saver(server, namespace, write_mode, redis_client=client,
+                       stale_poll_interval=3600, background_flush=False)
+    else:
+        client = redis.asyncio.Redis.from_url(
+            server.url, **retrying | {"retry": AsyncRetry(NoBackoff(), 2)})
+        saver = _saver(server, namespace, write_mode, aredis_client=client,
+                       stale_poll_interval=3600, background_flush=False)
+    thread = f"t-{uuid.uuid4()}"
+    (first,) = put_line(saver, thread, ["v1"])
+    _snapshot(server)
+    put_after(saver, first, "v2")
+    saver.flush()
+
+    def value(latest: Any) -> Any:
+        return latest.checkpoint["channel_values"]["value"] if latest else None
+
+    if flavour == "sync":
+        assert value_of(saver, config_of(thread)) == "v2"
+        _restart_from_snapshot(server)
+        time.sleep(idle * 2)
+        assert value(saver.get_tuple(config_of(thread))) == "v2"
+    else:
+        async def read_restart_read() -> list[Any]:
+            before = value(await saver.aget_tuple(config_of(thread)))
+            _restart_from_snapshot(server)
+            await asyncio.sleep(idle * 2)
+            return [before, value(await saver.aget_tuple(config_of(thread)))]
+
+        assert asyncio.run(read_restart_read()) == ["v2", "v2"]
     saver.close()
