@@ -271,7 +271,7 @@ CHECK_LEASE_MS = 10_000
 CHECK_SCAN = 1000
 
 
-def check_redis(ctx: Context, run_id: str) -> Op[None]:
+def check_redis(ctx: Context, run_id: str, token: str) -> Op[None]:
     """Make the data of the Redis process ``run_id`` safe to serve, once per process per
     prefix: a Redis that restarted may have loaded a snapshot older than what Postgres
     holds (an RDB, an AOF's last second, a replica promoted in its place), and its copies
@@ -288,7 +288,8 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
     and then each would run one of its own in turn. The key that records it is data of
     the process it names, so no snapshot of an earlier one holds it. Drivers run this
     before the first script on a connection to a Redis process they have not seen checked
-    (`RedisCheck`).
+    (`RedisCheck`), with ``token`` for the lock (so that they can release it with
+    `abandon_check` when the check is stopped midway: a cancelled task).
 
     Raises:
         TierUnavailableError: a tier could not be reached, or another caller's check did
@@ -296,7 +297,6 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
             trusted until the check runs again).
     """
     layout = ctx.layout
-    token = secrets.token_hex(8)
     bound = seconds(ctx.config.tier_timeout)
     try:
         started, waited = time.monotonic(), False
@@ -312,7 +312,7 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
             waited = True
             yield Pause(0.05)  # another process checks it
         if waited:  # the check waited for failed, or its caller died: a later call retries
-            yield from _abandon(ctx, run_id, token)
+            yield from abandon_check(ctx, run_id, token)
             raise TierUnavailableError(
                 f"Redis (hot tier) is a new process (run id {run_id}) whose data another "
                 f"caller could not check against Postgres: Redis is not used until a "
@@ -320,7 +320,7 @@ def check_redis(ctx: Context, run_id: str) -> Op[None]:
         try:
             dropped = yield from _drop_every_copy(ctx, run_id, token)
         except Exception:  # the next caller checks again at once, not after the lease
-            yield from _abandon(ctx, run_id, token)
+            yield from abandon_check(ctx, run_id, token)
             raise
         yield shards.incarnation(layout, "done", run_id, token)
     except TierUnavailableError as exc:
@@ -363,8 +363,9 @@ def _drop_every_copy(ctx: Context, run_id: str, token: str) -> Op[int]:
             return dropped
 
 
-def _abandon(ctx: Context, run_id: str, token: str) -> Op[None]:
-    """Release the lock of a check that failed midway, if Redis answers."""
+def abandon_check(ctx: Context, run_id: str, token: str) -> Op[None]:
+    """Release the lock ``token`` of a `check_redis` that failed or was stopped midway, if
+    Redis answers (a lock another caller holds now stays)."""
     with contextlib.suppress(TierUnavailableError):  # else the lease ends it
         yield shards.incarnation(ctx.layout, "abandon", run_id, token)
     return None

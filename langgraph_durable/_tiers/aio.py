@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Generator
@@ -163,12 +164,21 @@ class Tiers:
 
     async def _check(self, run_id: str, effects: AsyncEffects) -> None:
         """Check the hot data of the Redis process ``run_id`` against Postgres
-        (`RedisCheck`), with this task's scripts let through to it meanwhile."""
+        (`RedisCheck`), with this task's scripts let through to it meanwhile. A check
+        stopped midway by a cancellation (or an interrupt) releases its lock on the way
+        out, as one that failed does, so the next caller checks at once rather than after
+        the lock's lease."""
         check = self.redis_check
         assert check is not None  # only a driver with a check raises RedisReplaced
+        lock = secrets.token_hex(8)
         token = check.checking.set(run_id)
         try:
-            await self.run(check.check(run_id), effects)
+            await self.run(check.check(run_id, lock), effects)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # the check's own release did not run
+                with contextlib.suppress(Exception):
+                    await self.run(check.abandon(run_id, lock), effects)
+            raise
         finally:
             check.checking.reset(token)
         check.checked = run_id

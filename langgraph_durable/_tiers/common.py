@@ -54,13 +54,15 @@ class RedisReplaced(Exception):
 @dataclass
 class RedisCheck:
     """The Redis process (its run id) the saver's hot data was last checked in, shared by
-    the saver's drivers; ``check(run_id)`` is the operation that checks it
-    (`hot.check_redis`). A restart, a snapshot loaded at one, a replica promoted in its
-    place: each is a process with a new run id, so a connection that reaches a run id
-    other than ``checked`` runs the check before its first script (single node; see
-    `Tiers._reached`)."""
+    the saver's drivers; ``check(run_id, token)`` is the operation that checks it under
+    the lock ``token`` (`hot.check_redis`), ``abandon(run_id, token)`` releases that lock
+    when the check was stopped midway. A restart, a snapshot loaded at one, a replica
+    promoted in its place: each is a process with a new run id, so a connection that
+    reaches a run id other than ``checked`` runs the check before its first script
+    (single node; see `Tiers._reached`)."""
 
-    check: Callable[[str], Generator[Any, Any, None]]
+    check: Callable[[str, str], Generator[Any, Any, None]]  # (run id, lock token)
+    abandon: Callable[[str, str], Generator[Any, Any, None]]  # releases the lock
     checked: str | None = None
     # the run id being checked in this task or thread (its own scripts pass)
     checking: ContextVar[str | None] = field(

@@ -100,7 +100,9 @@ class Engine:
             asyncio.AbstractEventLoop, tuple[aio.Tiers, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
         # which Redis process the hot data was checked in (`hot.check_redis`)
-        self.redis_check = RedisCheck(lambda run_id: hot.check_redis(self.context, run_id))
+        self.redis_check = RedisCheck(
+            lambda run_id, token: hot.check_redis(self.context, run_id, token),
+            lambda run_id, token: hot.abandon_check(self.context, run_id, token))
         self._fork_hooks: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Future[None]] = set()  # background probes and polls
         _ENGINES.add(self)

@@ -24,8 +24,8 @@ from redis.retry import Retry
 
 from langgraph_durable import DurableSaver
 from tests.support.checkpoints import config_of, put_after, put_line, put_value, value_of
-from tests.support.faults import PrivateRedis
-from tests.support.servers import POSTGRES_URL
+from tests.support.faults import PrivateRedis, Proxy
+from tests.support.servers import POSTGRES_DATABASE, POSTGRES_URL, postgres_address
 
 
 @pytest.fixture
@@ -246,3 +246,50 @@ def test_a_connection_its_health_check_reconnected_is_checked_before_the_read(
 
         assert asyncio.run(read_restart_read()) == ["v2", "v2"]
     saver.close()
+
+
+def test_a_check_cancelled_midway_releases_its_lock_at_once(
+        server: PrivateRedis, namespace: tuple[str, str]) -> None:
+    """An ``aget_tuple`` cancelled (a client gone, a run cancelled) while it checks a
+    restarted Redis, here waiting for Postgres to take a write-behind turn the snapshot
+    still journals: its lock goes with it, so the next caller checks at once instead of
+    waiting ``tier_timeout`` and failing while the lock runs out (10 s); the turn is
+    served and nothing is lost. (No stale-mark poll runs meanwhile to check instead.)"""
+    schema, prefix = namespace
+    proxy = Proxy(postgres_address())
+    proxy.start()
+    saver = DurableSaver(server.url, proxy.url(POSTGRES_DATABASE), key_prefix=prefix,
+                         schema=schema, write_mode="behind", background_flush=False,
+                         tier_timeout=5.0, stale_poll_interval=3600)
+    saver.setup()
+    thread = f"t-{uuid.uuid4()}"
+    put_line(saver, thread, ["v1", "v2"])  # a root goes through Postgres; v2 is journaled
+    _snapshot(server)
+    _restart_from_snapshot(server)
+    lock = f"{prefix}:incarnation:lock"
+    client = redis.Redis.from_url(server.url)
+
+    async def cancelled_midway() -> None:
+        proxy.freeze()  # the check's move of turn 1 to Postgres waits
+        read = asyncio.ensure_future(saver.aget_tuple(config_of(thread)))
+        deadline = time.monotonic() + 5
+        while not client.exists(lock) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert client.exists(lock), "the check took its lock"
+        await asyncio.sleep(0.2)
+        read.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await read
+
+    try:
+        asyncio.run(cancelled_midway())
+        assert not client.exists(lock), f"lock left for {client.pttl(lock)} ms"
+        proxy.thaw()
+        newcomer = _saver(server, namespace, "behind", tier_timeout=1.0)
+        assert value_of(newcomer, config_of(thread)) == "v2"
+        newcomer.close()
+    finally:
+        proxy.thaw()
+        client.close()
+        saver.close()
+        proxy.cut()
