@@ -1,4 +1,5 @@
-"""How every statement of the package is rendered: once per schema, into a frozen set.
+"""How every statement of the package is rendered: once per schema, into a frozen set,
+each at its first use.
 
 A template is a string with a ``{schema}`` placeholder; `render` quotes the schema with
 ``psycopg.sql.Identifier`` (nothing user-supplied is ever formatted in). A statement set
@@ -34,5 +35,14 @@ class Rendered:
 
     def __init__(self, schema: str) -> None:
         object.__setattr__(self, "schema", schema)
-        for name, template in self.TEMPLATES.items():
-            object.__setattr__(self, name, render(template, schema))
+
+    def __getattr__(self, name: str) -> sql.SQL:
+        """A statement is rendered at its first use and kept (its field is empty until
+        then): a new process's first call renders the statements it runs, not the set's
+        forty others, which would delay its first read by most of a millisecond."""
+        template = type(self).TEMPLATES.get(name)
+        if template is None:
+            raise AttributeError(f"{type(self).__name__} has no statement {name!r}")
+        rendered = render(template, self.schema)
+        object.__setattr__(self, name, rendered)  # two threads may both render it: equal
+        return rendered
