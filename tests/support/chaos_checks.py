@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+import redis
 
 from langgraph_durable import DurableSaver
 from langgraph_durable.errors import TierUnavailableError
@@ -291,14 +292,16 @@ class Checker:
             return "from its input: it stored no checkpoint before it ended"
         head_id = head.checkpoint["id"]
         if acked and head_id < acked[-1]:
-            self.tally.violation(r, f"resumes from {head_id}, older than acknowledged {acked[-1]}")
+            self.tally.violation(r, f"resumes from {head_id}, older than acknowledged "
+                                    f"{acked[-1]}; " + hot_state(saver, r.thread_id))
             return "LOST: behind its last acknowledged checkpoint"
         if acked and head_id == acked[-1]:
             where = "at its last acknowledged checkpoint"
         else:
             line = _line(saver, r.thread_id, head_id)
             if acked and acked[-1] not in line:
-                self.tally.violation(r, f"head {head_id} does not descend from {acked[-1]}")
+                self.tally.violation(r, f"head {head_id} does not descend from {acked[-1]}; "
+                                        + hot_state(saver, r.thread_id))
                 return "FORK: head not on the acknowledged line"
             past = line.index(acked[-1]) if acked else len(line)
             where = (f"{past} checkpoint(s) past its last ack (stored, the process died "
@@ -429,6 +432,36 @@ class Checker:
                     and statuses != ["succeeded"]):
                 self.tally.violation(r, f"{thread_id}: order {item} has ledger rows "
                                         f"{statuses or 'none'}: " + self._rows(r, item))
+
+
+def hot_state(saver: DurableSaver, thread_id: str) -> str:
+    """What Redis holds of ``thread_id`` now, for a violation about its head: the Redis
+    process and the run id its prefix records as checked, then each of the thread's keys
+    with its type and TTL, and what names a copy's state (a registry's keys, an index's
+    ids, a versions hash or a checkpoint hash's fields other than the frames)."""
+    layout = saver.engine.context.layout
+    keys = layout.thread(thread_id)
+    client = redis.Redis.from_url(saver.config.redis_url)
+    try:
+        said = [f"redis run id {client.info('server')['run_id']}, checked "
+                f"{client.get(layout.incarnation())!r}"]
+        for key in sorted(client.scan_iter(match=f"{keys.base}:*", count=1000)):
+            kind, ttl = client.type(key).decode(), client.pttl(key)
+            if kind == "set":
+                held: Any = sorted(k.decode()[len(keys.base):] for k in client.smembers(key))
+            elif kind == "zset":
+                held = [m.decode() for m in client.zrange(key, 0, -1)]
+            elif kind == "hash":
+                held = {f.decode(): v[:40] for f, v in client.hgetall(key).items()
+                        if f not in (b"c", b"m", b"bk")}
+            else:
+                held = kind
+            said.append(f"{key.decode()[len(keys.base):]} {kind} ttl={ttl} {held}")
+        return "hot state: " + "; ".join(said)
+    except redis.RedisError as exc:
+        return f"hot state: Redis did not answer ({exc})"
+    finally:
+        client.close()
 
 
 def order_of(tool_call_id: str | None) -> str:
