@@ -48,6 +48,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from langgraph_durable import DurableSaver
 from tests.support import forked
@@ -118,6 +121,7 @@ class Chaos:
         self.proxy = Proxy(postgres_address())
         self.proxy_url = self.proxy.url(POSTGRES_DATABASE)
         self.savers: dict[tuple[str, str], DurableSaver] = {}
+        self.clients: list[redis.Redis] = []  # the savers' Redis clients (closed here)
         self.tally = Tally()
         self.log: Any = None
         self.nemesis = Nemesis(redis=self.redis, proxy=self.proxy, savers=self.savers,
@@ -131,9 +135,17 @@ class Chaos:
         self.proxy.start()
         for kind, server in self.redis.items():
             for mode in MODES:
+                # the checks' savers sit idle between rounds: their client pings a
+                # connection idle past a second, and a failed PING reconnects it to the
+                # Redis a round's fault restarted (as an application's client set up so
+                # does), which must be checked before a script goes out on it
+                client = redis.Redis.from_url(
+                    server.url, health_check_interval=1, retry=Retry(NoBackoff(), 2),
+                    retry_on_error=[redis.ConnectionError])
+                self.clients.append(client)
                 saver = DurableSaver(server.url, POSTGRES_URL, schema=self.schema,
                                      key_prefix=self.prefix, write_mode=mode,  # type: ignore[arg-type]
-                                     breaker_cooldown=0.2)
+                                     breaker_cooldown=0.2, redis_client=client)
                 saver.setup()
                 self.savers[kind, mode] = saver
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
@@ -143,6 +155,8 @@ class Chaos:
     def __exit__(self, *exc: object) -> None:
         for saver in self.savers.values():
             saver.close()
+        for client in self.clients:
+            client.close()
         self.proxy.cut()
         for server in self.redis.values():
             server.kill()
