@@ -368,7 +368,10 @@ class Tiers:
         run_id = getattr(conn, REACHED, UNSEEN)
         if run_id is UNSEEN:  # told of its reconnections from now on
             conn.register_connect_callback(self._reconnected)
-        if not isinstance(run_id, str):
+        # asked once per connection, and again before a check of the answer kept: a
+        # connection kept since a process that is gone (its socket dead, not yet seen so)
+        # must not have that process checked in the one that answers now
+        if not isinstance(run_id, str) or (not owed and not self.redis_check.allows(run_id)):
             await conn.send_command("INFO", "server")
             try:
                 run_id = run_id_of(await conn.read_response())

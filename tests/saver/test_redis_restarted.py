@@ -293,3 +293,37 @@ def test_a_check_cancelled_midway_releases_its_lock_at_once(
         client.close()
         saver.close()
         proxy.cut()
+
+
+def test_a_connection_kept_from_a_process_gone_has_no_check_run_for_that_process(
+        server: PrivateRedis, namespace: tuple[str, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A connection kept while Redis restarted (its socket dead, not yet known so, used
+    again within the health-check interval) still names the process it reached first,
+    after the saver checked the new one on another connection. Its next script finds the
+    process that answers now, already checked: no check runs for the process gone, which
+    would record it as checked and have every thread's copy dropped again."""
+    saver = _saver(server, namespace, "through", stale_poll_interval=3600)
+    thread = f"t-{uuid.uuid4()}"
+    put_line(saver, thread, ["v1"])
+    assert value_of(saver, config_of(thread)) == "v1"
+    tiers = saver.engine.tiers()
+    kept = list(tiers._held)  # the connection that reached the first process
+    assert kept, "a read keeps its connection for the next script"
+    tiers._held.clear()
+    _restart_from_snapshot(server)
+    assert value_of(saver, config_of(thread)) == "v1"  # a new connection: checked
+    client = redis.Redis.from_url(server.url)
+    try:
+        current = client.info("server")["run_id"].encode()
+        assert client.get(f"{namespace[1]}:incarnation") == current
+        tiers._held.clear()  # the next script takes the connection kept from before
+        tiers._held.extend(kept)
+        with caplog.at_level(logging.WARNING, logger="langgraph_durable"):
+            assert value_of(saver, config_of(thread)) == "v1"
+        dropped = [r.getMessage() for r in caplog.records if "were dropped" in r.getMessage()]
+        assert not dropped, dropped
+        assert client.get(f"{namespace[1]}:incarnation") == current
+    finally:
+        client.close()
+    saver.close()
