@@ -174,10 +174,11 @@ class Tiers:
         token = check.checking.set(run_id)
         try:
             await self.run(check.check(run_id, lock), effects)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):  # the check's own release did not run
-                with contextlib.suppress(Exception):
-                    await self.run(check.abandon(run_id, lock), effects)
+        except Exception:  # the check released its lock
+            raise
+        except BaseException:  # cancelled, interrupted: its own release did not run
+            with contextlib.suppress(Exception):
+                await self.run(check.abandon(run_id, lock), effects)
             raise
         finally:
             check.checking.reset(token)

@@ -24,6 +24,7 @@ import redis
 from langgraph_durable import DurableSaver
 from langgraph_durable.errors import TierUnavailableError
 from tests.support.chaos_worker import INPUTS, Options, build, finished, items
+from tests.support.checkpoints import hot_keys_pattern
 from tests.support.servers import POSTGRES_URL
 
 T = TypeVar("T")
@@ -445,7 +446,8 @@ def hot_state(saver: DurableSaver, thread_id: str) -> str:
     try:
         said = [f"redis run id {client.info('server')['run_id']}, checked "
                 f"{client.get(layout.incarnation())!r}"]
-        for key in sorted(client.scan_iter(match=f"{keys.base}:*", count=1000)):
+        for key in sorted(client.scan_iter(match=hot_keys_pattern(saver.config.key_prefix,
+                                                                  thread_id), count=1000)):
             kind, ttl = client.type(key).decode(), client.pttl(key)
             if kind == "set":
                 held: Any = sorted(k.decode()[len(keys.base):] for k in client.smembers(key))
